@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import sys
@@ -108,6 +109,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    load_start = list(os.getloadavg())
 
     llm = LocalLLM(args.model, bf16=args.bf16, max_batch=max(args.prompts, args.clients))
     convs = prompts(args.prompts)
@@ -132,6 +134,10 @@ def main(argv=None) -> dict:
         server.should_exit = True
 
     results = {
+        # other jobs ran on the same 2 cores during the run: absolute rates are noisy, the
+        # interleaved ratios much less so
+        "machine": {"shared": True, "cpus": os.cpu_count(), "load_avg_start": load_start,
+                    "load_avg_end": list(os.getloadavg())},
         "model": args.model, "prompts": args.prompts, "clients": args.clients,
         "max_tokens": args.max_tokens, "repeats": args.repeats, "bf16": args.bf16,
         "torch_threads": torch.get_num_threads(),

@@ -54,3 +54,45 @@ def test_bf16_autocast_runs(local_llm):
     bf = LocalLLM(model_obj=local_llm.model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
     out = bf.chat([Q1], SamplingParams(max_tokens=6))[0][0]
     assert out.completion_tokens > 0 and out.text
+
+
+def test_finished_rows_leave_the_batch(local_llm):
+    """A row retired early (stop string) does not change the rows still decoding."""
+    params = SamplingParams(max_tokens=10, stop=("1.",))
+    both = local_llm.chat([Q2, Q1], params)
+    assert both[0][0].text == "1." and both[0][0].finish_reason == "stop"
+    assert both[1][0].completion_tokens > both[0][0].completion_tokens
+    assert both[1][0].token_ids == local_llm.chat([Q1], params)[0][0].token_ids
+
+
+def test_multi_token_stop_string(local_llm):
+    base = local_llm.chat([Q2], SamplingParams(max_tokens=16))[0][0].text
+    stop = base[base.index("2"): base.index("4") + 1]  # "2. 2\n3. 3\n4": spans several tokens
+    assert len(local_llm.tokenizer(stop)["input_ids"]) > 3
+    out = local_llm.chat([Q2], SamplingParams(max_tokens=16, stop=(stop,)))[0][0]
+    assert out.text == base[: base.index(stop) + len(stop)] and out.finish_reason == "stop"
+
+
+def test_load_from_hf_directory(local_llm):
+    from factrl.llm.local import LocalLLM
+    from factrl.llm.models import resolve_model_path
+
+    directory = resolve_model_path("smollm2-135m")  # the converted checkpoint is a plain HF dir
+    llm = LocalLLM(directory)
+    assert llm.model_name == directory
+    params = SamplingParams(max_tokens=8)
+    assert llm.chat([Q1], params)[0][0].token_ids == local_llm.chat([Q1], params)[0][0].token_ids
+
+
+def test_unknown_models_fail_clearly(tmp_path, monkeypatch):
+    import pytest
+
+    from factrl.llm.local import LocalLLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match=r"'no-such-org/no-such-model'.*hub id.*HF_HUB_OFFLINE"):
+        LocalLLM("no-such-org/no-such-model")
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        LocalLLM(str(tmp_path / "missing" / "model"))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        LocalLLM(str(tmp_path))

@@ -120,31 +120,38 @@ class LocalLLM:
         # left padding keeps every row's last prompt token in the final column
         input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        # positions count real tokens only, so padded rows see the same positions as unpadded
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out: list[list[int]] = [[] for _ in rows]
-        texts = [""] * len(rows)
-        done = [False] * len(rows)
         reasons = ["length"] * len(rows)
+        alive = list(range(len(rows)))  # batch row b decodes original row alive[b]
+        window = self._stop_window(params.stop)
         past = None
         step_ids = input_ids
         with torch.inference_mode(), self._autocast():
             for _ in range(params.max_tokens):
-                # positions count real tokens only, so padded rows see the same positions as unpadded
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
                 res = self.model(
                     input_ids=step_ids, attention_mask=mask, position_ids=positions,
                     past_key_values=past, use_cache=True,
+                    logits_to_keep=1,  # only the last position is sampled: skip the lm_head elsewhere
                 )
                 past = res.past_key_values
-                nxt = _sample(res.logits[:, -1, :], params, generator)
-                self._advance(nxt.tolist(), out, texts, done, reasons, params)
-                if all(done):
+                nxt = _sample(res.logits[:, -1, :], params, generator).tolist()
+                keep = [b for b, i in enumerate(alive) if not self._advance(i, nxt[b], out, reasons, params, window)]
+                if not keep:
                     break
-                # finished rows keep decoding a pad token (masked out) so the batch stays rectangular
-                nxt = torch.tensor([self.pad_id if d else t for d, t in zip(done, nxt.tolist())])
-                step_ids = nxt.unsqueeze(-1)
-                mask = torch.cat([mask, torch.tensor([[0 if d else 1] for d in done])], dim=-1)
-        if not params.stop:
-            texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out]
+                if len(keep) < len(alive):
+                    # retire finished rows from the batch and the KV cache: no compute is spent on them
+                    idx = torch.tensor(keep)
+                    past.batch_select_indices(idx)
+                    mask, positions = mask[idx], positions[idx]
+                    alive = [alive[b] for b in keep]
+                step_ids = torch.tensor([[nxt[b]] for b in keep])
+                mask = torch.cat([mask, mask.new_ones(len(keep), 1)], dim=-1)
+                positions = positions[:, -1:] + 1
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out]
+        if params.stop:
+            texts = [trim_at_stop(t, params.stop, params.include_stop)[0] for t in texts]
         return [
             Completion(
                 text=texts[i], token_ids=out[i], finish_reason=reasons[i],
@@ -153,19 +160,29 @@ class LocalLLM:
             for i in range(len(rows))
         ]
 
-    def _advance(self, tokens, out, texts, done, reasons, params: SamplingParams) -> None:
-        """Append one sampled token per live row and retire rows that hit EOS or a stop string."""
-        for i, tok in enumerate(tokens):
-            if done[i]:
-                continue
-            if tok in self.eos_ids:
-                done[i], reasons[i] = True, "stop"
-                continue
-            out[i].append(tok)
-            if params.stop:  # without stop strings the text is decoded once, at the end
-                text, stopped = trim_at_stop(
-                    self.tokenizer.decode(out[i], skip_special_tokens=True), params.stop, params.include_stop
-                )
-                texts[i] = text
-                if stopped:
-                    done[i], reasons[i] = True, "stop"
+    @staticmethod
+    def _stop_window(stop: Sequence[str]) -> int:
+        """Tokens to decode when looking for a stop string that the newest token may complete.
+
+        Every non-special token decodes to at least one UTF-8 byte, so a stop string of ``k`` bytes
+        spans at most ``k`` tokens; one more covers a token that starts mid-character.
+        """
+        return max((len(s.encode()) for s in stop), default=0) + 2
+
+    def _advance(self, i: int, tok: int, out, reasons, params: SamplingParams, window: int) -> bool:
+        """Append row ``i``'s sampled token; return whether the row is finished (EOS or stop string).
+
+        Stop strings are searched in the decoded tail of the output only (a window covering the
+        longest stop string), so the per-token cost does not grow with the output length; the text
+        before the tail was already searched at earlier steps.
+        """
+        if tok in self.eos_ids:
+            reasons[i] = "stop"
+            return True
+        out[i].append(tok)
+        if params.stop:
+            tail = self.tokenizer.decode(out[i][-window:], skip_special_tokens=True)
+            if any(s and s in tail for s in params.stop):
+                reasons[i] = "stop"
+                return True
+        return False

@@ -50,6 +50,14 @@ def resolve_model_path(spec: str) -> str:
     """
     if spec in EMBEDDED_MODELS:
         return str(_converted_checkpoint(spec))
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json)")
+        return str(path)
+    # a hub id is "name" or "org/name"; anything else that does not exist is a mistyped path
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec:
+        raise FileNotFoundError(f"{spec}: no such model directory")
     return spec
 
 
@@ -86,7 +94,17 @@ def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(spec)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except OSError as exc:
+        if Path(path).exists():  # a local directory: transformers' message already names the file
+            raise
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        hint = " HF_HUB_OFFLINE is set, so only models already in the Hugging Face cache load." if offline else ""
+        raise OSError(
+            f"model {spec!r} is not an embedded model ({', '.join(EMBEDDED_MODELS)}), not a local "
+            f"directory, and could not be loaded as a Hugging Face hub id.{hint} ({exc})"
+        ) from exc
     model.eval()
     return model, tokenizer
