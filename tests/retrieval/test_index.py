@@ -93,3 +93,47 @@ def test_ivfpq_needs_enough_passages(passages_path, tmp_path):
 def test_unknown_faiss_type():
     with pytest.raises(ValueError, match="unknown FAISS type"):
         index_mod._new_faiss("lsh", 8, 10)
+
+
+def test_packed_bm25_build_scores_like_plain_bm25s(passages_path, tmp_path, questions):
+    """The memory-lean BM25 build gives the same top hits and scores as bm25s on token lists."""
+    import bm25s
+    import pyarrow.parquet as pq
+
+    index_mod.build_bm25(passages_path, tmp_path / "bm25")
+    packed = bm25s.BM25.load(str(tmp_path / "bm25"))
+    table = pq.read_table(passages_path)
+    texts = [index_mod.passage_text(t, x) for t, x in
+             zip(table.column("title").to_pylist(), table.column("text").to_pylist())]
+    plain = bm25s.BM25()
+    plain.index(bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False),
+                show_progress=False)
+    query_tokens = bm25s.tokenize([q for q, _ in questions], stopwords="en", return_ids=False,
+                                  show_progress=False)
+    d1, s1 = packed.retrieve(query_tokens, k=3, show_progress=False)
+    d2, s2 = plain.retrieve(query_tokens, k=3, show_progress=False)
+    np.testing.assert_array_equal(d1[:, 0], d2[:, 0])
+    np.testing.assert_allclose(s1, s2, rtol=1e-5)
+    assert packed.scores["num_docs"] == len(texts)
+
+
+def test_maxscore_bm25_matches_bm25s_exhaustive_scores(tmp_path):
+    """Pruned BM25 top-k equals bm25s's exhaustive scoring on a corpus with shared frequent terms."""
+    import bm25s
+
+    rng = np.random.default_rng(0)
+    common = ["film", "directed", "born", "city", "album", "released"]
+    rare = [f"name{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(common, 4).tolist() + rng.choice(rare, 2).tolist())
+             for _ in range(2000)]
+    model = bm25s.BM25()
+    model.index(bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False),
+                show_progress=False)
+    postings = index_mod.BM25Postings.from_bm25s(model)
+    for q in ["directed name7", "film born name12 name99", "album", "released city name250"]:
+        tokens = bm25s.tokenize([q], stopwords="en", return_ids=False, show_progress=False)
+        ref_docs, ref_scores = model.retrieve(tokens, k=5, show_progress=False)
+        got = index_mod.bm25_top_k(postings, [model.vocab_dict[t] for t in set(tokens[0])], 5)
+        np.testing.assert_allclose([s for _, s in got], ref_scores[0], rtol=1e-5)
+        # ties may be ordered differently; the documents with a strictly higher score may not
+        assert {d for d, s in got if s > ref_scores[0][-1] + 1e-4} <= set(ref_docs[0].tolist())

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from factrl.retrieval.client import RetrievalClient, RetrievalError
-from factrl.retrieval.index import Retriever
-from factrl.retrieval.server import Limits, create_app
+from factrl.retrieval.index import Hit, Retriever
+from factrl.retrieval.server import BatchPolicy, Limits, MicroBatcher, create_app
 from tests.servers import running_app
 
 
@@ -90,3 +92,66 @@ def test_client_gives_up_after_retries():
     )
     with pytest.raises(RetrievalError, match="after 3 attempts"):
         client.search(["q"])
+
+
+def _recording_search(calls):
+    def search(queries, k):
+        calls.append((list(queries), k))
+        return [[Hit(f"{q}-{i}", "", q, float(-i)) for i in range(k)] for q in queries]
+
+    return search
+
+
+def test_microbatcher_answers_concurrent_requests_with_one_search():
+    calls = []
+    batcher = MicroBatcher(_recording_search(calls), BatchPolicy(max_wait_ms=20))
+
+    async def main():
+        return await asyncio.gather(*(batcher.submit([f"q{i}", f"r{i}"], 2) for i in range(8)))
+
+    results = asyncio.run(main())
+    assert len(calls) == 1 and len(calls[0][0]) == 16
+    for i, hits in enumerate(results):  # each request gets back exactly its own queries' hits
+        assert [[h.id for h in row] for row in hits] == [[f"q{i}-0", f"q{i}-1"], [f"r{i}-0", f"r{i}-1"]]
+
+
+def test_microbatcher_splits_by_topk_and_caps_batch_size():
+    calls = []
+    batcher = MicroBatcher(_recording_search(calls), BatchPolicy(max_wait_ms=20, max_queries=4))
+
+    async def main():
+        jobs = [batcher.submit([f"a{i}"], 1) for i in range(6)] + [batcher.submit(["b"], 3)]
+        return await asyncio.gather(*jobs)
+
+    results = asyncio.run(main())
+    assert [len(q) for q, _ in calls] == [4, 2, 1]  # first batch closed at 4 queries
+    assert {k for _, k in calls} == {1, 3}
+    assert [len(r[0]) for r in results] == [1] * 6 + [3]
+
+
+def test_microbatcher_passes_search_errors_to_every_waiting_request():
+    def broken(queries, k):
+        raise RuntimeError("index gone")
+
+    batcher = MicroBatcher(broken, BatchPolicy(max_wait_ms=5))
+
+    async def main():
+        return await asyncio.gather(*(batcher.submit(["q"], 1) for _ in range(3)),
+                                    return_exceptions=True)
+
+    assert all(isinstance(r, RuntimeError) for r in asyncio.run(main()))
+
+
+def test_concurrent_http_clients_share_batched_searches(minilm_index, questions):
+    retriever = Retriever(minilm_index, mode="dense")
+    expected = {q: [h.id for h in row] for q, row in
+                zip([q for q, _ in questions], retriever.search([q for q, _ in questions], 3))}
+    app = create_app(retriever, batching=BatchPolicy(max_wait_ms=50))
+    with running_app(app) as url, RetrievalClient(url) as client:
+        queries = [q for q, _ in questions] * 4
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda q: client.search([q], k=3)[0], queries))
+        health = client.health()
+    assert [[h.id for h in row] for row in got] == [expected[q] for q in queries]
+    assert health["queries_served"] == len(queries)
+    assert health["batched_searches"] < len(queries)  # requests were gathered into batches

