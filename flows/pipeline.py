@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from factrl.config import PipelineParams, load_section
 
@@ -76,8 +76,30 @@ def _publish_metrics(repo_root: str, results: dict[str, bool]) -> None:
     lines = ["| stage | ran |", "|---|---|"] + [f"| {s} | {'yes' if r else 'skipped'} |" for s, r in results.items()]
     with Repo(repo_root) as repo:
         metrics = repo.metrics.show()
+    eval_rows = _eval_table(Path(repo_root) / EVAL_METRICS)
+    if eval_rows:
+        # the evaluation first: the full metrics dump below may be cut to fit the artifact
+        header = list(eval_rows[0])
+        lines += ["", "## Evaluation (metrics/eval.json)", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(r[k]) for k in header) + " |" for r in eval_rows]
     lines += ["", "```json", json.dumps(metrics.get("", {}).get("data", {}), indent=1, default=str)[:20000], "```"]
     create_markdown_artifact(key="factrl-pipeline-run", markdown="\n".join(lines), description="dvc repro")
+    if eval_rows:
+        create_table_artifact(key="factrl-eval", table=eval_rows,
+                              description="evaluate: accuracy / weighted F1 (percent) per dataset, hop and system")
+
+
+EVAL_METRICS = "metrics/eval.json"
+
+
+def _eval_table(path: Path) -> list[dict]:
+    """metrics/eval.json as table rows (percent), or [] when the evaluate stage has not run."""
+    if not path.exists():
+        return []
+    from factrl.eval.runner import table_rows
+
+    return table_rows(json.loads(path.read_text(encoding="utf-8")))
 
 
 def main() -> None:

@@ -14,6 +14,8 @@ for key, value in {
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "TOKENIZERS_PARALLELISM": "false",
+    # stages that fan out with Prefect start a temporary API server; 20 s is too short on 2 busy cores
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
 }.items():
     os.environ.setdefault(key, value)
 

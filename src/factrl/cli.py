@@ -4,6 +4,9 @@
     factrl pipeline                     `dvc repro` as a Prefect flow
     factrl serve-retriever [...]        the retrieval HTTP server   (factrl.retrieval.server)
     factrl serve-llm [...]              the OpenAI-compatible server (factrl.llm.serve)
+    factrl verify "CLAIM" [...]         HARIS on one claim, trace printed (factrl.agents.haris)
+    factrl traces ROLLOUTS.parquet -o traces.html   a static page to browse rollouts (factrl.eval.traces)
+    factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
 
 Sub-commands import their module lazily, so `factrl --help` stays fast.
 """
@@ -21,6 +24,9 @@ COMMANDS = {
     "pipeline": ("flows.pipeline", "run `dvc repro` as a Prefect flow"),
     "serve-retriever": ("factrl.retrieval.server", "serve an index over HTTP (POST /retrieve)"),
     "serve-llm": ("factrl.llm.serve", "serve a local model as an OpenAI-compatible API"),
+    "traces": ("factrl.eval.traces", "write a static HTML page to browse rollouts (TRAJECTORIES parquet)"),
+    "evaluate": ("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
+    "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
 }
 
 
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         # the command is run from there, as `dvc repro` is.
         sys.path.insert(0, ".")
     module = importlib.import_module(COMMANDS[args.command][0])
-    if args.command in {"serve-retriever", "serve-llm"}:
+    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify"}:
         return module.main(argv[1:]) or 0
     module.main(*argv[1:2])
     return 0

@@ -114,6 +114,151 @@ class IndexParams:
 
 
 # --------------------------------------------------------------------------------------------
+# GRPO: the local trainer (factrl.rl.trainer); nested in the train_* sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GRPOParams:
+    """GRPO trainer settings (``factrl.rl.trainer``); defaults are the HARIS paper's (verl-based).
+
+    group_size: responses sampled per prompt (G; the paper's 5).
+    prompts_per_step: prompts per training step (a step trains on ``prompts_per_step * group_size``
+        trajectories).
+    steps: training steps (batches of prompts) to run.
+    lr: AdamW peak learning rate (paper: 1e-6).
+    weight_decay: AdamW weight decay (verl's actor default 0.01).
+    betas: AdamW betas.
+    warmup_steps: optimizer updates of linear warm-up from 0 to ``lr``; constant afterwards.
+    max_grad_norm: clip the global gradient norm to this before each update (0 = no clipping).
+    mini_batch_size: trajectories per optimizer update (0 = the whole step's batch in one update,
+        i.e. strictly on-policy).
+    micro_batch_size: trajectories per forward/backward pass; gradients accumulate over the
+        micro-batches of a mini-batch (memory vs speed).
+    ppo_epochs: passes over the step's batch.
+    clip_ratio_low / clip_ratio_high: the probability ratio is clipped to ``[1 - low, 1 + high]``.
+    clip_ratio_c: dual-clip bound for negative advantages (> 1); null turns dual-clip off.
+    loss_agg: ``token-mean`` (every trained token weighs the same) or ``seq-mean-token-mean``
+        (every response weighs the same).
+    norm_adv_by_std: divide advantages by the group std (GRPO) or not (Dr.GRPO).
+    adv_eps: added to the group std before dividing.
+    kl_coef: weight of the KL-to-reference loss (paper: 0.001; 0 = no reference model is kept).
+    kl_type: KL estimator: ``k1``, ``k2``/``mse``, ``k3``/``low_var_kl`` (see ``factrl.rl.kl``).
+    entropy_coef: weight of an entropy bonus (0 = none; entropy is logged either way).
+    temperature: sampling temperature of rollouts (paper: 1.0); log-probs are taken at it too.
+    max_new_tokens: cap on generated tokens per model turn.
+    bf16: run forward/backward under bf16 autocast on CPU (weights and optimizer stay float32).
+    checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
+    keep_checkpoints: newest checkpoints kept on disk.
+    seed: seeds prompt order, sampling and initialisation of everything random.
+    """
+
+    group_size: int = 5
+    prompts_per_step: int = 8
+    steps: int = 100
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    mini_batch_size: int = 0
+    micro_batch_size: int = 4
+    ppo_epochs: int = 1
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = 3.0
+    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
+    norm_adv_by_std: bool = True
+    adv_eps: float = 1e-6
+    kl_coef: float = 0.001
+    kl_type: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
+    entropy_coef: float = 0.0
+    temperature: float = 1.0
+    max_new_tokens: int = 256
+    bf16: bool = True
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    seed: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# train: the GRPO stages of each round (train_search@r, train_reason@r; HARIS Algorithm 1)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentTrainParams(GRPOParams):
+    """One agent's GRPO run in a round: every :class:`GRPOParams` field (flat, so
+    ``dvc exp run -S train.reasoning.lr=2e-6`` edits one key), plus how its rollouts run.
+
+    max_turns: tool calls allowed per rollout (the paper allows several; small demo budgets 1).
+    max_context_tokens: prompt + response token cap of one rollout.
+    max_tool_response_tokens: an injected ``<result>`` longer than this is cut in the middle.
+    max_prompts: train on at most this many prompts of the round (0 = all), taken in file order
+        after a seeded shuffle; small profiles use it to bound the data a few steps can see.
+    retrieval_mode: how the retriever searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
+    top_k: passages per search (the paper's top-3).
+    """
+
+    max_turns: int = 4
+    max_context_tokens: int = 4096
+    max_tool_response_tokens: int = 384
+    max_prompts: int = 0
+    retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    top_k: int = 3
+
+
+@dataclass(frozen=True)
+class SearchTrainParams(AgentTrainParams):
+    """Stage ``train_search@r``: GRPO of the search agent L on qa_r (L_prev -> L_r), reward
+    ``haris_search`` (1 useful report / 0.1 valid format / 0 invalid).
+
+    judge: the usefulness judge: ``rule`` (token F1 / containment against the pseudo answer; no
+        model) or ``llm`` (the paper's LLM-as-a-judge, run by ``judge_model`` in-process).
+    judge_threshold: the rule judge's F1 / containment threshold for "useful".
+    judge_model: model of the ``llm`` judge (an embedded name or HF directory).
+    """
+
+    judge: Literal["rule", "llm"] = "rule"
+    judge_threshold: float = 0.8
+    judge_model: str = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class ReasonTrainParams(AgentTrainParams):
+    """Stage ``train_reason@r``: GRPO of the reasoning agent H on the round's claims (H_prev -> H_r),
+    with the just-trained search agent L_r answering its questions; reward ``haris_reasoning``
+    (1 right verdict / 0.1 wrong verdict, valid format / 0 invalid).
+
+    search_backend: how L_r serves: ``inprocess`` (a LocalLLM beside the policy) or ``server``
+        (``factrl serve-llm`` on a loopback port, reached over the OpenAI-compatible HTTP API, as
+        the paper serves it with vLLM).
+    search_max_turns: searches L_r may run per question.
+    search_max_new_tokens: tokens L_r generates per turn.
+    search_temperature: L_r's sampling temperature (0 = greedy: the environment stays stable
+        while H learns).
+    """
+
+    search_backend: Literal["inprocess", "server"] = "inprocess"
+    search_max_turns: int = 2
+    search_max_new_tokens: int = 128
+    search_temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """The ``train`` section: one sub-section per agent, so each stage depends on its own keys only
+    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``).
+
+    search: the search agent's GRPO (see :class:`SearchTrainParams`).
+    reasoning: the reasoning agent's GRPO (see :class:`ReasonTrainParams`).
+    """
+
+    search: SearchTrainParams = field(default_factory=SearchTrainParams)
+    reasoning: ReasonTrainParams = field(default_factory=ReasonTrainParams)
+
+
+# --------------------------------------------------------------------------------------------
 # pipeline: the Prefect deployment around `dvc repro`
 # --------------------------------------------------------------------------------------------
 
@@ -134,10 +279,214 @@ class PipelineParams:
     targets: tuple[str, ...] = ()
 
 
+# --------------------------------------------------------------------------------------------
+# curriculum: epoch-1 / epoch-2 segments (HARIS Algorithm 1) and the M2R two-stage split
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurriculumParams:
+    """Stage ``curriculum``: split the train claims T into the training schedule's pieces.
+
+    segments: N, the number of epoch-2 segments (HARIS Algorithm 1: rounds 2..N+1 each train on
+        one); every segment gets an equal share of every (label, num_hops) stratum.
+    m2r_stage1_fraction: share of T in the first M2R curriculum stage (macro retrieval and key
+        saving); those are the claims with the fewest hops, chosen per label so both stages keep
+        the label balance. The rest form stage 2 (micro retrieval).
+    seed: seed of the shuffles inside each stratum.
+    """
+
+    segments: int = 3
+    m2r_stage1_fraction: float = 0.5
+    seed: int = 11
+
+
+# --------------------------------------------------------------------------------------------
+# rounds: HARIS Algorithm 1, one entry per round (DVC `foreach` over this list)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundParams:
+    """One round r of the coordinated training (synthesize@r -> train_search@r -> train_reason@r).
+
+    id: the round number r (1 = epoch 1; 2..N+1 = the epoch-2 segments); names the round's files.
+    prev: the round whose agents this one starts from (0 = the base models H_0 / L_0).
+    segment: the claims of the round: ``all`` (epoch 1 = all of T) or ``seg1`` .. ``segN``
+        (a file ``segments/<segment>.parquet`` written by the curriculum stage).
+    questions: how synthesis samples one question per claim from the reasoning agent's rollout:
+        ``first`` (the rollout's first question; epoch 1, while the untrained agent's format is
+        unreliable) or ``all`` (uniformly among all its questions; later rounds).
+    """
+
+    id: int
+    prev: int
+    segment: str
+    questions: Literal["first", "all"] = "all"
+
+
+@dataclass(frozen=True)
+class RoundsParams:
+    """The ``rounds`` list of params.yaml (a YAML list, so DVC can ``foreach`` over it).
+
+    rounds: the rounds in order; round 1 must start from round 0 and each later one from the
+        round before it.
+    """
+
+    LIST_FIELD = "rounds"  # the section is a bare list in params.yaml, loaded into this field
+    rounds: tuple[RoundParams, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# synthesize: pseudo-labels for the search agent (HARIS A.4)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TeacherParams:
+    """The teacher LLM that answers the sampled questions from gold evidence.
+
+    backend: ``server`` (factrl's own OpenAI-compatible server, started inside the stage on a free
+        loopback port, so the HTTP path is the one exercised), ``local`` (in-process LocalLLM) or
+        ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``).
+    model: model name: an embedded name or HF directory for local/server, the API model otherwise.
+    base_url: endpoint of the ``openai`` backend (empty = OpenAI's default URL).
+    api_key_env: environment variable holding the API key (never written anywhere).
+    max_tokens: generation budget of one teacher answer.
+    price_per_mtok: USD per 1M (prompt, completion) tokens, for the cost report.
+    bf16: bf16 autocast for the local model (local/server backends).
+    """
+
+    backend: Literal["server", "local", "openai"] = "server"
+    model: str = "smollm2-135m"
+    base_url: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    max_tokens: int = 160
+    price_per_mtok: tuple[float, float] = (0.0, 0.0)
+    bf16: bool = False
+
+
+@dataclass(frozen=True)
+class SynthesizeParams:
+    """Stage ``synthesize@r``: rollouts -> one question per claim -> teacher answer -> qa_r.parquet.
+
+    teacher: the teacher LLM (see :class:`TeacherParams`).
+    base_model: H_0 and L_0, the untrained agents (written to models/reason_0 and models/search_0
+        by stage ``base_models``; later rounds read the checkpoints the training stages write).
+    retrieval_mode: how the search agent retrieves during the rollouts (``index/``).
+    batch_size: questions per Prefect task (one teacher batch, one checkpoint file).
+    concurrency: teacher batches in flight at once.
+    retries: Prefect retries of a batch on I/O errors (connection, timeout); other errors fail it.
+    signature_retries: re-asks of the teacher for an answer it did not format correctly.
+    max_claims: use at most this many claims of the round's segment (0 = all), for small profiles.
+    rollout_max_tokens: generation budget of each reasoning-agent rollout.
+    rollout_temperature: sampling temperature of the rollouts (seeded, so reruns are identical).
+    seed: seed of the rollouts and of the question sampling.
+    """
+
+    teacher: TeacherParams = field(default_factory=TeacherParams)
+    base_model: str = "smollm2-135m"
+    retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    batch_size: int = 8
+    concurrency: int = 4
+    retries: int = 2
+    signature_retries: int = 2
+    max_claims: int = 0
+    rollout_max_tokens: int = 256
+    rollout_temperature: float = 1.0
+    seed: int = 17
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate: Table 1 of HARIS on the eval sets, HARIS checkpoints against the baselines
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSetParams:
+    """One evaluation claim set: a local file (JSONL in the shared-data format, or CLAIMS Parquet)
+    or a Hugging Face hub dataset (real scale; needs network).
+
+    name: the dataset name in metrics and the report (``hover_2hop`` ... map onto Table 1's columns).
+    path: the claim file (relative to the repository root); empty when ``hub`` is set.
+    hub: a hub dataset name from ``factrl.data.sources.HUB_DATASETS`` (``hover``, ``exfever``); empty
+        for a file.
+    split: the hub split to read (hub sets only).
+    passages: passages to search for this set instead of ``index/`` (JSONL or PASSAGES Parquet),
+        indexed with BM25 once into the factrl cache; empty = the pipeline's ``index/``.
+    optional: a missing file is skipped with a logged message instead of failing the stage.
+    """
+
+    name: str
+    path: str = ""
+    hub: str = ""
+    split: str = "validation"
+    passages: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointParams:
+    """One HARIS checkpoint pair to evaluate (a row of the report).
+
+    name: the system's name in metrics and the report (e.g. ``HARIS r4``).
+    reason: the reasoning agent: a model directory (``models/reason_<r>``) or an embedded model name.
+    search: the search agent, the same way (``models/search_<r>``).
+    """
+
+    name: str
+    reason: str
+    search: str
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    """Stage ``evaluate``: accuracy and weighted P/R/F1 per dataset and hop, HARIS against baselines.
+
+    sets: the eval sets (see :class:`EvalSetParams`); each is sampled per hop with balanced labels.
+    per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
+    seed: seed of the sampling and of the bootstrap.
+    systems: which systems run: ``haris`` (once per checkpoint), ``single_agent``, ``rag``,
+        ``decompose_verify``.
+    checkpoints: the HARIS checkpoints; empty = the newest ``models/reason_<r>`` / ``models/search_<r>``
+        pair on disk, else ``base_model``. Every model directory listed here must also be a dependency
+        of the ``evaluate`` stage in dvc.yaml, so a retrained agent reruns the evaluation.
+    base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent) and the fallback
+        HARIS checkpoint.
+    retrieval_mode: how every system searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
+    top_k: passages per search (the paper's top-3).
+    max_new_tokens: generation budget per agent turn.
+    max_turns: questions the reasoning agent may ask (and searches the search / single agent may run).
+    batch_size: claims per batched system call.
+    n_boot: bootstrap resamples of each 95% interval.
+    trace_claims: claims per (dataset, system) whose trajectories go to ``reports/traces.html``.
+    """
+
+    sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
+    per_hop: int = 4
+    seed: int = 0
+    systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (
+        "haris", "single_agent", "rag", "decompose_verify")
+    checkpoints: tuple[CheckpointParams, ...] = ()
+    base_model: str = "smollm2-135m"
+    retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    top_k: int = 3
+    max_new_tokens: int = 48
+    max_turns: int = 1
+    batch_size: int = 16
+    n_boot: int = 1000
+    trace_claims: int = 4
+
+
 SECTIONS: dict[str, type] = {
     "prepare": PrepareParams,
     "index": IndexParams,
     "pipeline": PipelineParams,
+    "curriculum": CurriculumParams,
+    "rounds": RoundsParams,
+    "synthesize": SynthesizeParams,
+    "evaluate": EvaluateParams,
+    "train": TrainParams,
 }
 
 
@@ -165,6 +514,9 @@ def load_section(name: str, path: str | Path = PARAMS_FILE) -> Any:
     if name not in SECTIONS:
         raise ConfigError(f"unknown params section {name!r}; known: {sorted(SECTIONS)}")
     raw = read_params(path).get(name, {})
+    list_field = getattr(SECTIONS[name], "LIST_FIELD", None)
+    if list_field and isinstance(raw, list):  # a section that is a bare YAML list (e.g. rounds)
+        raw = {list_field: raw}
     return from_dict(SECTIONS[name], raw, where=f"{path}:{name}")
 
 

@@ -1,0 +1,241 @@
+"""HARIS: a high-level reasoning agent that delegates fact finding to a low-level search agent.
+
+The reasoning agent reads a claim, thinks, and asks self-contained questions (``<question>``);
+each question is answered by a full search-agent rollout (``<search>`` -> top-3 passages ->
+``<report>``) whose report comes back inside ``<result>``; the reasoning agent ends with
+``<verification>\\boxed{Support|Refute}</verification>``. Both agents run through the same
+batched engine (:func:`factrl.agents.rollout.run_rollouts`), so one code path serves inference,
+label synthesis and training. ``factrl verify "CLAIM"`` runs it from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
+from factrl.agents.rollout import RolloutParams, Trajectory, run_rollouts
+from factrl.agents.tools import RetrieverTool, SearchAgentTool
+from factrl.llm.base import Message
+
+TOP_K = 3  # the paper retrieves the top-3 passages per search
+
+REASONING_SYSTEM = """\
+You decide whether a claim is true, step by step, with help from a search assistant that can look \
+up facts in an encyclopedia. Many claims chain several facts together, and some of the facts in \
+between are not named in the claim: find those first.
+
+How to write:
+- Put your reasoning inside <think> </think>.
+- When a fact is missing, ask the assistant one question inside <question> </question>. Its findings \
+come back to you inside <result> </result>. Never write <result> yourself.
+- Finish with your decision inside <verification> </verification>, written as \\boxed{Support} or \
+\\boxed{Refute}.
+
+Rules for questions, because the assistant only sees the question:
+1. Open with a question word (Who, What, Which, Where, When, How).
+2. Name every person, place or work explicitly. Never write "the claim", and never use "it", "he", \
+"she" or "that" for something the question itself does not name.
+3. Do not lean on earlier text: no "mentioned above", "from that", "in this case".
+
+Example.
+Claim: The founder of the company Orlen Studios was born in Varna.
+<think>I need the founder of Orlen Studios, then that person's birthplace.</think>
+<question>Who founded Orlen Studios?</question>
+<result>Orlen Studios was founded by Ilse Parrow.</result>
+<question>In which city was Ilse Parrow born?</question>
+<result>Ilse Parrow was born in Tessik.</result>
+<think>Ilse Parrow was born in Tessik, not Varna.</think>
+<verification>\\boxed{Refute}</verification>"""
+
+SEARCH_SYSTEM = """\
+You collect the information needed to answer one question, using an encyclopedia search tool.
+
+How to write:
+- Put your reasoning inside <think> </think>.
+- To search, write a short query (names and key words) inside <search> </search>. The best \
+passages come back inside <result> </result>. Never write <result> yourself.
+- If the passages do not answer the question, search again with a different query.
+- When you know enough, write the answer and the facts that back it inside <report> </report>.
+
+Example.
+Question: Who founded Orlen Studios?
+<think>I will look up Orlen Studios.</think>
+<search>Orlen Studios founder</search>
+<result>Doc 1 (Orlen Studios) Orlen Studios is a company founded by Ilse Parrow, based in Tessik.</result>
+<report>Orlen Studios was founded by Ilse Parrow; the company is based in Tessik.</report>"""
+
+
+def reasoning_messages(claim: str) -> list[Message]:
+    return [{"role": "system", "content": REASONING_SYSTEM}, {"role": "user", "content": f"Claim: {claim}"}]
+
+
+def search_messages(question: str) -> list[Message]:
+    return [{"role": "system", "content": SEARCH_SYSTEM}, {"role": "user", "content": f"Question: {question}"}]
+
+
+def default_reasoning_params(**kw) -> RolloutParams:
+    return RolloutParams(**{"max_turns": 4, "max_new_tokens": 160, "max_context_tokens": 4096,
+                            "max_tool_response_tokens": 256, "end_tags": ("</verification>",),
+                            "response_prefix": "<think>", **kw})
+
+
+def default_search_params(**kw) -> RolloutParams:
+    return RolloutParams(**{"max_turns": 3, "max_new_tokens": 128, "max_context_tokens": 4096,
+                            "max_tool_response_tokens": 384, "end_tags": ("</report>",),
+                            "response_prefix": "<think>", **kw})
+
+
+@dataclass
+class SearchResult:
+    """One search-agent rollout for one question."""
+
+    question: str
+    trajectory: Trajectory
+    parse: SearchParse
+
+    @property
+    def report(self) -> str | None:
+        return self.parse.report
+
+    @property
+    def retrieved(self) -> list[str]:
+        return list(self.trajectory.results)
+
+
+@dataclass
+class HarisResult:
+    """One reasoning-agent rollout for one claim, with the search rollouts it triggered."""
+
+    claim: str
+    trajectory: Trajectory
+    parse: ReasoningParse
+    searches: list[SearchResult | None] = field(default_factory=list)  # one per question asked
+
+    @property
+    def verdict(self) -> str | None:
+        return self.parse.verdict
+
+
+def _prompt_ids(llm, conversations: list[list[Message]]) -> list[list[int]]:
+    """Token-id prompts for backends that expose them; chat-only backends get none (chat path)."""
+    encode = getattr(llm, "encode_chat", None)
+    return [encode(c) for c in conversations] if encode is not None else []
+
+
+def run_search_agent(llm, questions: list[str], retriever_tool: RetrieverTool,
+                     params: RolloutParams | None = None, n: int = 1) -> list[SearchResult]:
+    """``n`` search-agent rollouts per question (question-major), each with top-k retrieval."""
+    params = params or default_search_params()
+    convs = [search_messages(q) for q in questions]
+    trajs = run_rollouts(llm, _prompt_ids(llm, convs), retriever_tool, params, n=n, messages=convs)
+    qs = [q for q in questions for _ in range(n)]
+    return [SearchResult(q, t, parse_search(t.response_text)) for q, t in zip(qs, trajs)]
+
+
+class Haris:
+    """The two agents wired together. ``search_llm`` defaults to ``reason_llm`` (shared weights)."""
+
+    def __init__(self, reason_llm, retriever, *, search_llm=None, k: int = TOP_K,
+                 reason_params: RolloutParams | None = None, search_params: RolloutParams | None = None):
+        self.reason_llm = reason_llm
+        self.search_llm = search_llm if search_llm is not None else reason_llm
+        self.retriever_tool = retriever if isinstance(retriever, RetrieverTool) else RetrieverTool(retriever, k=k)
+        self.reason_params = reason_params or default_reasoning_params()
+        self.search_params = search_params or default_search_params()
+        self.search_tool = SearchAgentTool(self._search)
+
+    def _search(self, questions: list[str]) -> list[SearchResult]:
+        return run_search_agent(self.search_llm, questions, self.retriever_tool, self.search_params)
+
+    def verify(self, claims: list[str], n: int = 1) -> list[HarisResult]:
+        """``n`` HARIS rollouts per claim (claim-major)."""
+        convs = [reasoning_messages(c) for c in claims]
+        start = len(self.search_tool.history)
+        trajs = run_rollouts(self.reason_llm, _prompt_ids(self.reason_llm, convs), self.search_tool,
+                             self.reason_params, n=n, messages=convs)
+        history = self.search_tool.history[start:]
+        by_question: dict[str, list[SearchResult]] = {}
+        for q, res in history:
+            by_question.setdefault(q, []).append(res)
+        out = []
+        for claim, t in zip([c for c in claims for _ in range(n)], trajs):
+            # the tool answers questions in the order they were asked; same-text questions from
+            # different rollouts get equivalent answers, so attribution by text is faithful
+            searches = [by_question[q].pop(0) if by_question.get(q) else None for q in t.queries]
+            out.append(HarisResult(claim, t, parse_reasoning(t.response_text), searches))
+        return out
+
+
+def verify(claims: list[str], *, reason_llm, retriever, search_llm=None, k: int = TOP_K, n: int = 1,
+           reason_params: RolloutParams | None = None, search_params: RolloutParams | None = None
+           ) -> list[HarisResult]:
+    """Verify ``claims`` with HARIS; each result has ``verdict`` ("SUPPORTS" | "REFUTES" | None),
+    the reasoning trajectory and the search trajectories behind every question."""
+    haris = Haris(reason_llm, retriever, search_llm=search_llm, k=k,
+                  reason_params=reason_params, search_params=search_params)
+    return haris.verify(list(claims), n=n)
+
+
+def format_trace(result: HarisResult) -> str:
+    """A readable trace: every question, the searches behind it, the report and the verdict."""
+    lines = [f"CLAIM: {result.claim}"]
+    for i, q in enumerate(result.trajectory.queries):
+        lines.append(f"\n[question {i + 1}] {q}")
+        search = result.searches[i] if i < len(result.searches) else None
+        if search is not None:
+            for j, sq in enumerate(search.trajectory.queries):
+                lines.append(f"  [search {j + 1}] {sq}")
+            lines.append(f"  [report] {search.report or '(no report; passages passed on)'}")
+        lines.append(f"  [result] {result.trajectory.results[i].strip()}")
+    lines.append(f"\nVERDICT: {result.verdict or 'none (no valid verification)'}")
+    lines.append(f"format valid: {result.parse.format_valid}"
+                 + (f" ({result.parse.error})" if result.parse.error else ""))
+    lines.append(f"finish: {result.trajectory.finish_reason}")
+    return "\n".join(lines)
+
+
+def _load_llm(spec: str, cache: dict):
+    from factrl.llm.local import LocalLLM
+
+    if spec not in cache:
+        cache[spec] = LocalLLM(spec)
+    return cache[spec]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``factrl verify "CLAIM"``: run HARIS on one claim and print the trace."""
+    parser = argparse.ArgumentParser(prog="factrl verify", description="verify a claim with HARIS")
+    parser.add_argument("claim")
+    parser.add_argument("--index", default="index", help="index directory (default: index/)")
+    parser.add_argument("--mode", default="dense", choices=("bm25", "dense", "hybrid"))
+    parser.add_argument("--reason-model", default="smollm2-135m")
+    parser.add_argument("--search-model", default="smollm2-135m")
+    parser.add_argument("--k", type=int, default=TOP_K)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--show-raw", action="store_true", help="also print both agents' raw responses")
+    args = parser.parse_args(argv)
+    from factrl.retrieval.index import Retriever
+
+    if not (Path(args.index) / "manifest.json").exists():
+        parser.error(f"{args.index} holds no finished index; run `factrl index` or pass --index")
+    retriever = Retriever(args.index, mode=args.mode)
+    cache: dict = {}
+    reason_llm = _load_llm(args.reason_model, cache)
+    search_llm = _load_llm(args.search_model, cache)
+    common = {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
+    [result] = verify(
+        [args.claim], reason_llm=reason_llm, search_llm=search_llm, retriever=retriever, k=args.k,
+        reason_params=default_reasoning_params(max_turns=args.max_turns, **common),
+        search_params=default_search_params(**common),
+    )
+    print(format_trace(result))
+    if args.show_raw:
+        print("\n--- reasoning agent ---\n" + result.trajectory.response_text)
+        for s in result.searches:
+            if s is not None:
+                print(f"\n--- search agent: {s.question} ---\n" + s.trajectory.response_text)
+    return 0

@@ -1,0 +1,198 @@
+"""The tag grammar the two HARIS agents speak, a parser that never raises, and format validity.
+
+Reasoning agent (verifies a claim, delegates fact finding)::
+
+    <think>...</think> <question>...</question> <result>...</result> ... <think>...</think>
+    <verification>... \\boxed{Support} ...</verification>
+
+Search agent (answers one question by searching several times)::
+
+    <think>...</think> <search>...</search> <result>...</result> ... <report>...</report>
+
+``<result>`` spans are injected by the environment (the rollout engine), never generated. The
+parser works on the agent's whole response (generated text plus injected results).
+
+Parsing is flat, not recursive: a segment opened by ``<x>`` ends at the first ``</x>``; any other
+tag inside it is kept as text (and makes the format invalid when it sits in a generated span).
+Stray closing tags are text outside tags. An unclosed segment runs to the end of the text and is
+marked ``closed=False``. The format checks are what the rewards use (R = 0 for an invalid format).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+REASONING_TAGS = ("think", "question", "result", "verification")
+SEARCH_TAGS = ("think", "search", "result", "report")
+# the single-agent baseline: searches itself and decides alone
+SINGLE_AGENT_TAGS = ("think", "search", "result", "verification")
+ALL_TAGS = tuple(dict.fromkeys(REASONING_TAGS + SEARCH_TAGS))
+
+SUPPORTS = "SUPPORTS"
+REFUTES = "REFUTES"
+
+_TAG_RE = re.compile(r"<(/?)(" + "|".join(ALL_TAGS) + r")\s*>")
+# \boxed{Support}, \boxed{ supported }, \boxed{\text{Refute}}: lenient on the word's ending and case
+_BOXED_RE = re.compile(r"\\boxed\s*\{\s*(?:\\text\s*\{\s*)?([A-Za-z]+)\s*\}?\s*\}")
+_VERDICT_WORDS = {"support": SUPPORTS, "supports": SUPPORTS, "supported": SUPPORTS,
+                  "refute": REFUTES, "refutes": REFUTES, "refuted": REFUTES}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text: inside ``<tag>...</tag>`` (tag set) or outside any tag (tag None).
+
+    closed: False when the text ended before the segment's closing tag.
+    """
+
+    tag: str | None
+    text: str
+    closed: bool = True
+
+
+@dataclass(frozen=True)
+class ReasoningParse:
+    questions: tuple[str, ...]
+    verdict: str | None  # "SUPPORTS" | "REFUTES" | None
+    format_valid: bool
+    error: str | None  # the first format violation; None when valid
+
+
+@dataclass(frozen=True)
+class SearchParse:
+    queries: tuple[str, ...]
+    report: str | None
+    format_valid: bool
+    error: str | None
+
+
+def parse_tags(text: str) -> list[Segment]:
+    """Split ``text`` into tagged and untagged segments (flat; never raises)."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    segments: list[Segment] = []
+    pos = 0
+    outside_start = 0
+    while True:
+        m = _TAG_RE.search(text, pos)
+        if m is None:
+            break
+        if m.group(1):  # a closing tag with nothing open: stays in the outside text
+            pos = m.end()
+            continue
+        tag = m.group(2)
+        if m.start() > outside_start:
+            segments.append(Segment(None, text[outside_start : m.start()]))
+        close = re.compile(r"</" + tag + r"\s*>").search(text, m.end())
+        if close is None:
+            segments.append(Segment(tag, text[m.end() :], closed=False))
+            return segments
+        segments.append(Segment(tag, text[m.end() : close.start()]))
+        pos = outside_start = close.end()
+    if outside_start < len(text):
+        segments.append(Segment(None, text[outside_start:]))
+    return segments
+
+
+def escape_tags(text: str) -> str:
+    """Neutralise protocol tags inside injected text (retrieved passages, reports) so that a
+    passage containing ``</result>`` cannot end the result span early: ``<x>`` becomes ``[x]``."""
+    return _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
+
+
+def boxed_verdict(text: str) -> str | None:
+    """The last ``\\boxed{Support|Refute}`` in ``text`` as SUPPORTS / REFUTES, else None."""
+    found = None
+    for m in _BOXED_RE.finditer(text):
+        word = _VERDICT_WORDS.get(m.group(1).lower())
+        if word is not None:
+            found = word
+    return found
+
+
+def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: str, final: str) -> str | None:
+    """First violation of: only ``allowed`` tags, all closed, no nested tags in generated spans,
+    no loose text, each ``action`` answered by a result, results only after actions, exactly one
+    ``final`` segment and it comes last."""
+    tagged = [s for s in segments if s.tag is not None]
+    for s in segments:
+        if s.tag is None:
+            if s.text.strip():
+                return "text outside tags"
+            continue
+        if s.tag not in allowed:
+            return f"tag <{s.tag}> not allowed"
+        if not s.closed:
+            return f"unclosed <{s.tag}>"
+        if s.tag != "result" and _TAG_RE.search(s.text):
+            return f"nested tag inside <{s.tag}>"
+    if not tagged:
+        return "no tags"
+    for prev, cur in zip(tagged, tagged[1:] + [None]):
+        if prev.tag == action and (cur is None or cur.tag != "result"):
+            return f"<{action}> without a following <result>"
+    for prev, cur in zip([None] + tagged, tagged):
+        if cur.tag == "result" and (prev is None or prev.tag != action):
+            return f"<result> not preceded by <{action}>"
+    finals = [s for s in tagged if s.tag == final]
+    if len(finals) != 1:
+        return f"expected exactly one <{final}>, found {len(finals)}"
+    if tagged[-1].tag != final:
+        return f"<{final}> is not the last segment"
+    if any(s.tag == action and not s.text.strip() for s in tagged):
+        return f"empty <{action}>"
+    return None
+
+
+def parse_reasoning(text: str) -> ReasoningParse:
+    """Questions asked, the verdict and format validity of a reasoning-agent response."""
+    return _parse_verifier(text, REASONING_TAGS, "question")
+
+
+def parse_single_agent(text: str) -> ReasoningParse:
+    """The single-agent baseline's response: ``questions`` holds its search queries."""
+    return _parse_verifier(text, SINGLE_AGENT_TAGS, "search")
+
+
+def _parse_verifier(text: str, allowed: tuple[str, ...], action: str) -> ReasoningParse:
+    try:
+        segments = parse_tags(text)
+        questions = tuple(s.text.strip() for s in segments if s.tag == action and s.text.strip())
+        verifications = [s for s in segments if s.tag == "verification"]
+        verdict = boxed_verdict(verifications[-1].text) if verifications else None
+        error = _structure_error(segments, allowed, action, "verification")
+        if error is None:
+            boxes = [m for m in _BOXED_RE.finditer(verifications[-1].text)
+                     if m.group(1).lower() in _VERDICT_WORDS]
+            if verdict is None:
+                error = "no \\boxed{Support} or \\boxed{Refute} in <verification>"
+            elif len({_VERDICT_WORDS[m.group(1).lower()] for m in boxes}) > 1:
+                error = "conflicting verdicts in <verification>"
+        return ReasoningParse(questions, verdict, error is None, error)
+    except Exception as exc:  # the parser must never take a rollout or a reward down
+        return ReasoningParse((), None, False, f"parser error: {exc!r}")
+
+
+def parse_search(text: str) -> SearchParse:
+    """Queries issued, the final report and format validity of a search-agent response."""
+    try:
+        segments = parse_tags(text)
+        queries = tuple(s.text.strip() for s in segments if s.tag == "search" and s.text.strip())
+        reports = [s for s in segments if s.tag == "report"]
+        report = reports[-1].text.strip() if reports else None
+        error = _structure_error(segments, SEARCH_TAGS, "search", "report")
+        if error is None and not report:
+            error = "empty <report>"
+        return SearchParse(queries, report or None, error is None, error)
+    except Exception as exc:
+        return SearchParse((), None, False, f"parser error: {exc!r}")
+
+
+def format_valid(text: str, agent: str) -> bool:
+    """Format validity of a response of ``agent`` ("reasoning" | "search"), as the rewards use it."""
+    if agent == "reasoning":
+        return parse_reasoning(text).format_valid
+    if agent == "search":
+        return parse_search(text).format_valid
+    raise ValueError(f"unknown agent {agent!r}: expected 'reasoning' or 'search'")

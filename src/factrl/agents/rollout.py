@@ -1,0 +1,318 @@
+"""Batched multi-turn rollouts: generate until an action tag, call the tool for the batch, inject.
+
+One step of :func:`run_rollouts` generates for every live sequence at once until each one stops
+(the tool's closing tag such as ``</search>``, a final tag such as ``</report>``, EOS, or the
+token budget). Every sequence that stopped on the tool's tag is paused; the tool answers all of
+their queries in one batched call; each answer is wrapped in ``<result>...</result>`` and appended;
+the loop repeats until no sequence is live.
+
+Token ids (the local engine, ``llm.complete_tokens``): the response is the exact concatenation of
+the ids the policy sampled (loss mask 1; the EOS token is appended with mask 1 when the model
+stopped by EOS, so training teaches it to stop) and the ids of the injected results (mask 0). The
+model conditions on precisely these ids, so the mask and the log-probs are exact.
+
+Chat-only backends (``complete_tokens`` raises :class:`~factrl.llm.base.TokensUnsupported`): the
+rollout becomes a conversation (assistant turn up to the action tag, the result as a user turn)
+and ids are reconstructed with ``tokenizer`` when one is given: the prompt through its chat template,
+then each turn's text tokenized on its own. That tokenization is approximate (the chat template's
+turn markers between turns are not in ``response_ids``), so such trajectories serve inference and
+label synthesis, not token-level training. Without a tokenizer the id lists stay empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from factrl.agents.tools import Tool, open_tag
+from factrl.llm.base import Message, SamplingParams, TokensUnsupported
+
+RESULT_OPEN = "\n<result>\n"
+RESULT_CLOSE = "\n</result>\n"
+ELLIPSIS = "\n[... truncated ...]\n"
+
+
+@dataclass(frozen=True)
+class RolloutParams:
+    """Limits and sampling of a multi-turn rollout.
+
+    max_turns: tool calls allowed per trajectory; a further action tag ends it ("max_turns").
+    max_new_tokens: tokens generated per turn (between two tool calls).
+    max_context_tokens: prompt + response ids never exceed this ("length" when reached).
+    max_tool_response_tokens: a tool answer longer than this is cut in the middle.
+    temperature / top_p / seed: sampling (temperature 0 = greedy); step t uses seed + t.
+    end_tags: closing tags that end the trajectory (``</verification>``, ``</report>``).
+    response_prefix: text placed at the start of every response before the model writes (e.g.
+        ``<think>``, which steers a small model into the tag format); it is injected (mask 0) and
+        is part of ``response_text``. Chat-only backends cannot be prefilled and skip it.
+    """
+
+    max_turns: int = 4
+    max_new_tokens: int = 256
+    max_context_tokens: int = 4096
+    max_tool_response_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    end_tags: tuple[str, ...] = ()
+    response_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "max_context_tokens", "max_tool_response_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RolloutParams.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_turns < 0:
+            raise ValueError(f"RolloutParams.max_turns must be >= 0, got {self.max_turns}")
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]  # len == len(response_ids); 1 generated, 0 injected
+    turns: list[tuple[str, str]]  # (role "model" | "env", text), in order
+    response_text: str
+    num_tool_calls: int
+    finish_reason: str  # "stop" | "length" | "max_turns"
+    queries: list[str] = field(default_factory=list)  # what was sent to the tool, in order
+    results: list[str] = field(default_factory=list)  # the tool's answers before truncation
+
+    def to_row(self, *, id, prompt_id, agent, round, reward=None, reward_parts=None, format_valid=None) -> dict:
+        """A row of :data:`factrl.data.schemas.TRAJECTORIES`."""
+        return {
+            "id": str(id), "prompt_id": str(prompt_id), "agent": agent,
+            "round": None if round is None else int(round),
+            "prompt_ids": list(self.prompt_ids), "response_ids": list(self.response_ids),
+            "loss_mask": list(self.loss_mask),
+            "turns": [{"role": r, "text": t} for r, t in self.turns],
+            "reward": reward, "reward_parts": None if reward_parts is None else dict(reward_parts),
+            "format_valid": format_valid, "num_tool_calls": int(self.num_tool_calls),
+        }
+
+
+@dataclass
+class _State:
+    prompt: list[int]
+    conversation: list[Message] = field(default_factory=list)  # chat fallback only
+    response: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+    calls: int = 0
+    done: bool = False
+    finish: str = "stop"
+    pending: str | None = None  # the query waiting for the tool
+
+    def end(self, reason: str) -> None:
+        self.done, self.finish, self.pending = True, reason, None
+
+    def trajectory(self) -> Trajectory:
+        return Trajectory(
+            prompt_ids=self.prompt, response_ids=self.response, loss_mask=self.mask, turns=self.turns,
+            response_text="".join(t for _, t in self.turns), num_tool_calls=self.calls,
+            finish_reason=self.finish, queries=self.queries, results=self.results,
+        )
+
+
+def extract_query(text: str, stop_tag: str) -> str:
+    """The action's argument: the text between the last open tag and the closing tag."""
+    end = text.rfind(stop_tag)
+    head = text[:end] if end >= 0 else text
+    start = head.rfind(open_tag(stop_tag))
+    if start < 0:
+        return head[-300:].strip()  # no open tag: the tail of the turn is the best guess
+    return head[start + len(open_tag(stop_tag)) :].strip()
+
+
+def truncate_middle(ids: list[int], limit: int, marker: list[int]) -> list[int]:
+    """Keep the head and the tail of ``ids`` so that the result has at most ``limit`` ids."""
+    if len(ids) <= limit:
+        return ids
+    keep = max(limit - len(marker), 0)
+    head = (keep + 1) // 2
+    tail = keep - head
+    return ids[:head] + (marker if limit >= len(marker) else []) + (ids[len(ids) - tail :] if tail else [])
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _result_ids(tokenizer, result: str, params: RolloutParams) -> tuple[list[int], str]:
+    """Ids and exact text of one injected ``<result>`` block, its body cut to the tool limit."""
+    body = truncate_middle(_encode(tokenizer, result), params.max_tool_response_tokens,
+                           _encode(tokenizer, ELLIPSIS))
+    ids = _encode(tokenizer, RESULT_OPEN) + body + _encode(tokenizer, RESULT_CLOSE)
+    # decode the ids actually injected so the turn text is exactly what the model read
+    return ids, tokenizer.decode(ids)
+
+
+def _stops(tool: Tool | None, params: RolloutParams) -> tuple[str, ...]:
+    return ((tool.stop_tag,) if tool is not None else ()) + tuple(params.end_tags)
+
+
+def _after_turn(s: _State, text: str, stopped: bool, tool: Tool | None, params: RolloutParams) -> None:
+    """Decide what a finished generation turn means: a tool call, the end, or the budget."""
+    if tool is not None and text.rstrip().endswith(tool.stop_tag):
+        if s.calls >= params.max_turns:
+            s.end("max_turns")
+        else:
+            s.pending = extract_query(text, tool.stop_tag)
+        return
+    s.end("stop" if stopped else "length")
+
+
+def _sampling(params: RolloutParams, max_tokens: int, stops, step: int) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p, stop=stops,
+        include_stop=True, seed=None if params.seed is None else params.seed + step,
+    )
+
+
+def _call_tool(states: list[_State], tool: Tool) -> list[tuple[_State, str]]:
+    paused = [s for s in states if s.pending is not None and not s.done]
+    if not paused:
+        return []
+    answers = tool([s.pending for s in paused])
+    if len(answers) != len(paused):
+        raise RuntimeError(f"tool {getattr(tool, 'name', tool)!r} returned {len(answers)} answers for {len(paused)} queries")
+    for s, a in zip(paused, answers):
+        s.queries.append(s.pending)
+        s.results.append(a)
+        s.pending = None
+        s.calls += 1
+    return list(zip(paused, answers))
+
+
+def _token_step(llm, live: list[_State], tool, params: RolloutParams, tokenizer, step: int) -> None:
+    """One generation turn for every live sequence, grouped by remaining token budget."""
+    stops = _stops(tool, params)
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    groups: dict[int, list[_State]] = {}
+    for s in live:
+        room = params.max_context_tokens - len(s.prompt) - len(s.response)
+        if room <= 0:
+            s.end("length")
+            continue
+        groups.setdefault(min(params.max_new_tokens, room), []).append(s)
+    for budget, group in groups.items():
+        outs = llm.complete_tokens([s.prompt + s.response for s in group], _sampling(params, budget, stops, step))
+        for s, (c, *_) in zip(group, outs):
+            ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
+            text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else c.text
+            hit_stop = any(c.text.endswith(t) for t in stops)
+            by_eos = c.finish_reason == "stop" and not hit_stop
+            s.response += ids
+            s.mask += [1] * len(ids)
+            if by_eos and eos is not None and len(s.prompt) + len(s.response) < params.max_context_tokens:
+                s.response.append(eos)
+                s.mask.append(1)
+            s.turns.append(("model", text))
+            _after_turn(s, c.text, c.finish_reason == "stop", tool, params)
+
+
+def _run_tokens(llm, prompts_ids, tool, params, n, tokenizer) -> list[Trajectory]:
+    if tokenizer is None:
+        raise ValueError("token-level rollouts need a tokenizer (pass tokenizer= or use an LLM with .tokenizer)")
+    states = [_State(prompt=list(p)) for p in prompts_ids for _ in range(n)]
+    if params.response_prefix:
+        ids = _encode(tokenizer, params.response_prefix)
+        for s in states:
+            s.response, s.mask = list(ids), [0] * len(ids)
+            s.turns.append(("env", tokenizer.decode(ids)))
+    step = 0
+    while True:
+        live = [s for s in states if not s.done]
+        if not live:
+            break
+        _token_step(llm, live, tool, params, tokenizer, step)
+        step += 1
+        for s, answer in _call_tool(states, tool) if tool is not None else []:
+            ids, text = _result_ids(tokenizer, answer, params)
+            if len(s.prompt) + len(s.response) + len(ids) >= params.max_context_tokens:
+                s.end("length")
+                continue
+            s.response += ids
+            s.mask += [0] * len(ids)
+            s.turns.append(("env", text))
+    return [s.trajectory() for s in states]
+
+
+def _infer_stop(text: str, stops: Sequence[str]) -> str:
+    """Chat APIs drop the matched stop string; put back the one whose open tag is left unclosed."""
+    best, where = None, -1
+    for stop in stops:
+        i = text.rfind(open_tag(stop))
+        if i > where and text.find(stop, i) < 0:
+            best, where = stop, i
+    return text + best if best is not None else text
+
+
+def _run_chat(llm, messages, tool, params, n, tokenizer) -> list[Trajectory]:
+    if messages is None:
+        raise TokensUnsupported(
+            f"{llm!r} cannot continue token ids; pass messages= so the rollout can run as a chat"
+        )
+    stops = _stops(tool, params)
+    states = []
+    for conv in messages:
+        ids = []
+        if tokenizer is not None:
+            ids = _encode(tokenizer, tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=True))
+        states += [_State(prompt=list(ids), conversation=list(conv)) for _ in range(n)]
+    step = 0
+    while True:
+        live = [s for s in states if not s.done]
+        if not live:
+            break
+        outs = llm.chat([s.conversation for s in live], _sampling(params, params.max_new_tokens, stops, step))
+        step += 1
+        for s, (c, *_) in zip(live, outs):
+            text = _infer_stop(c.text, stops) if c.finish_reason == "stop" else c.text
+            ids = _encode(tokenizer, text) if tokenizer is not None else []
+            s.response += ids
+            s.mask += [1] * len(ids)
+            s.turns.append(("model", text))
+            s.conversation.append({"role": "assistant", "content": text})
+            _after_turn(s, text, c.finish_reason == "stop", tool, params)
+            if not s.done and tokenizer is not None and len(s.prompt) + len(s.response) >= params.max_context_tokens:
+                s.end("length")
+        for s, answer in _call_tool(states, tool) if tool is not None else []:
+            if tokenizer is not None:
+                ids, text = _result_ids(tokenizer, answer, params)
+            else:
+                ids, text = [], RESULT_OPEN + answer + RESULT_CLOSE
+            s.response += ids
+            s.mask += [0] * len(ids)
+            s.turns.append(("env", text))
+            s.conversation.append({"role": "user", "content": text.strip()})
+    return [s.trajectory() for s in states]
+
+
+def run_rollouts(
+    llm,
+    prompts_ids: list[list[int]],
+    tool: Tool | None,
+    params: RolloutParams,
+    n: int = 1,
+    *,
+    tokenizer=None,
+    messages: Sequence[Sequence[Message]] | None = None,
+) -> list[Trajectory]:
+    """``n`` multi-turn rollouts per prompt, prompt-major (``[p0 s0, p0 s1, ..., p1 s0, ...]``).
+
+    ``tokenizer`` defaults to ``llm.tokenizer``. ``messages`` (the same prompts as chat
+    conversations) are needed only for chat-only backends (see the module docstring).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    tokenizer = tokenizer if tokenizer is not None else getattr(llm, "tokenizer", None)
+    if not prompts_ids and not messages:
+        return []
+    try:
+        if not prompts_ids:
+            raise TokensUnsupported("no token-id prompts given")
+        return _run_tokens(llm, prompts_ids, tool, params, n, tokenizer)
+    except TokensUnsupported:
+        return _run_chat(llm, messages, tool, params, n, tokenizer)

@@ -1,0 +1,117 @@
+"""Tools the agents call, kept apart from the multi-turn loop (as verl's ``tools/base_tool.py``).
+
+A tool names the closing action tag that pauses generation (``stop_tag``) and answers a batch of
+queries at once: the rollout engine collects every paused sequence of a step and calls the tool
+one time for all of them.
+
+* :class:`RetrieverTool`: ``</search>`` -> top-k passages from a :class:`~factrl.retrieval.index.Retriever`
+  or a :class:`~factrl.retrieval.client.RetrievalClient` (both have ``search(queries, k)``).
+* :class:`SearchAgentTool`: ``</question>`` -> one full search-agent rollout per question; the
+  result is the search agent's ``<report>`` (what HARIS's reasoning agent receives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from factrl.agents.protocol import escape_tags
+
+NO_QUERY = "No query was given: write the query between the tags."
+NO_HITS = "No passage matched the query."
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """An environment action: ``stop_tag`` pauses generation; ``__call__`` answers a batch."""
+
+    stop_tag: str  # e.g. "</search>"; the matching open tag is ``stop_tag.replace("</", "<")``
+    name: str
+
+    def __call__(self, queries: list[str]) -> list[str]:
+        ...
+
+
+def open_tag(stop_tag: str) -> str:
+    """``</search>`` -> ``<search>``."""
+    return stop_tag.replace("</", "<", 1)
+
+
+def format_hits(hits) -> str:
+    """Passages as the agents read them: numbered, title first (the title carries the entity)."""
+    if not hits:
+        return NO_HITS
+    lines = []
+    for i, hit in enumerate(hits, 1):
+        title = f"({hit.title}) " if hit.title else ""
+        lines.append(f"Doc {i} {title}{hit.text}")
+    return escape_tags("\n".join(lines))
+
+
+class RetrieverTool:
+    """Top-``k`` retrieval (the paper uses top-3) behind ``</search>``."""
+
+    name = "retriever"
+
+    def __init__(self, retriever, k: int = 3, stop_tag: str = "</search>") -> None:
+        if not hasattr(retriever, "search"):
+            raise TypeError(f"{retriever!r} has no search(queries, k) method")
+        self.retriever = retriever
+        self.k = k
+        self.stop_tag = stop_tag
+        self.calls = 0  # batched calls made, for tests and benchmarks
+
+    def search(self, queries: Sequence[str]) -> list[list]:
+        """Raw hits per query; empty queries get no hits without reaching the retriever."""
+        live = [i for i, q in enumerate(queries) if q.strip()]
+        hits: list[list] = [[] for _ in queries]
+        if live:
+            self.calls += 1
+            found = self.retriever.search([queries[i].strip() for i in live], k=self.k)
+            for i, row in zip(live, found):
+                hits[i] = list(row)
+        return hits
+
+    def __call__(self, queries: list[str]) -> list[str]:
+        hits = self.search(queries)
+        return [format_hits(h) if q.strip() else NO_QUERY for q, h in zip(queries, hits)]
+
+
+class SearchAgentTool:
+    """Answers each question with a full search-agent rollout and returns its report.
+
+    ``run_search`` maps a batch of questions to one object per question with ``report`` (str or
+    None) and ``trajectory`` attributes (see :func:`factrl.agents.haris.run_search_agent`); the
+    search trajectories of every call are kept in ``history`` so label synthesis and training can
+    reuse the questions the reasoning agent asked.
+    """
+
+    name = "search_agent"
+
+    def __init__(self, run_search: Callable[[list[str]], list], stop_tag: str = "</question>",
+                 keep_history: bool = True) -> None:
+        self.run_search = run_search
+        self.stop_tag = stop_tag
+        self.keep_history = keep_history
+        self.history: list = []  # (question, search result object) in call order
+
+    def __call__(self, queries: list[str]) -> list[str]:
+        out = [NO_QUERY] * len(queries)
+        live = [i for i, q in enumerate(queries) if q.strip()]
+        if not live:
+            return out
+        results = self.run_search([queries[i].strip() for i in live])
+        for i, res in zip(live, results):
+            if self.keep_history:
+                self.history.append((queries[i].strip(), res))
+            out[i] = escape_tags(res.report) if res.report else fallback_report(res)
+        return out
+
+
+def fallback_report(res) -> str:
+    """What the reasoning agent reads when the search agent gave no ``<report>``: the passages it
+    retrieved (its injected results), so a malformed search rollout still passes on evidence."""
+    found = getattr(res, "retrieved", None) or []
+    if found:
+        return escape_tags("\n".join(found))
+    return "The search agent found no information."

@@ -1,0 +1,170 @@
+"""The evaluation report: a markdown table in the layout of the HARIS paper's Table 1.
+
+Rows are systems, columns HOVER 2/3/4-hop, EX-FEVER 2/3-hop (F1 and accuracy each) and CHECKWHY
+(accuracy on its positive claims). The paper's reported numbers (Table 1, plus the RL-trained single
+agent of Table 2) are reference rows, marked "(paper)", so a run can be read against them directly.
+Datasets outside that layout (the demo world, any claim file) get a second table of the same shape,
+and every cell's bootstrap interval and sample size are listed below the tables.
+
+Input rows follow ``factrl.data.schemas.METRICS``: dataset, system, num_hops, metric, value (a
+fraction in [0, 1]), ci_low, ci_high, n. Metric names are those of ``eval.metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from factrl.io import write_text
+
+# (dataset, num_hops, metric) columns of Table 1, with their header labels.
+TABLE1_COLUMNS: tuple[tuple[str, int | None, str, str], ...] = (
+    ("hover", 2, "f1_weighted", "HOVER 2-hop F1"),
+    ("hover", 2, "accuracy", "HOVER 2-hop Acc"),
+    ("hover", 3, "f1_weighted", "HOVER 3-hop F1"),
+    ("hover", 3, "accuracy", "HOVER 3-hop Acc"),
+    ("hover", 4, "f1_weighted", "HOVER 4-hop F1"),
+    ("hover", 4, "accuracy", "HOVER 4-hop Acc"),
+    ("exfever", 2, "f1_weighted", "EX-FEVER 2-hop F1"),
+    ("exfever", 2, "accuracy", "EX-FEVER 2-hop Acc"),
+    ("exfever", 3, "f1_weighted", "EX-FEVER 3-hop F1"),
+    ("exfever", 3, "accuracy", "EX-FEVER 3-hop Acc"),
+    ("checkwhy", None, "accuracy", "CHECKWHY Acc"),
+)
+
+# The paper's numbers in percent, in TABLE1_COLUMNS order (Table 1; "Single agent (RL)" is Table 2,
+# which has no CHECKWHY column). Baselines use GPT-4o, Search-o1 QwQ-32B, HARIS / single Qwen3-4B.
+PAPER_TABLE1: dict[str, tuple[float | None, ...]] = {
+    "RAG": (58.96, 59.20, 56.59, 56.60, 55.06, 55.20, 68.83, 69.00, 64.41, 64.80, 56.40),
+    "Decomp-Verify": (62.39, 62.60, 57.27, 57.31, 54.55, 55.60, 68.03, 68.40, 61.95, 63.00, 36.00),
+    "ProgramFC": (66.84, 66.80, 55.35, 56.80, 48.30, 52.60, 71.28, 71.60, 60.34, 62.40, 21.60),
+    "QACheck": (67.60, 67.60, 60.60, 60.60, 58.91, 59.00, 75.52, 75.60, 68.42, 68.60, 58.00),
+    "FOLK": (67.22, 67.60, 59.89, 61.20, 50.90, 55.20, 75.55, 75.80, 67.24, 68.40, 50.70),
+    "Search-o1": (68.72, 69.00, 59.34, 59.80, 54.90, 56.60, 77.41, 77.80, 72.08, 72.80, 52.40),
+    "Single agent (RL)": (68.20, 68.20, 61.55, 62.00, 55.48, 56.00, 77.59, 77.60, 73.20, 73.40, None),
+    "HARIS": (69.31, 69.40, 62.33, 62.80, 59.84, 61.00, 80.12, 80.20, 73.93, 74.20, 60.80),
+}
+
+# Dataset names as they appear in metric rows -> the Table 1 key (eval sets are named by file stem).
+_ALIASES = {"hover": "hover", "ex-fever": "exfever", "ex_fever": "exfever", "exfever": "exfever",
+            "checkwhy": "checkwhy", "check-why": "checkwhy"}
+
+
+def _dataset_key(name: str) -> str:
+    base = name.lower()
+    for suffix in ("_2hop", "_3hop", "_4hop", "-2hop", "-3hop", "-4hop"):
+        base = base.removesuffix(suffix)
+    return _ALIASES.get(base, name)
+
+
+def _index(rows: Iterable[Mapping]) -> dict[tuple, Mapping]:
+    out = {}
+    for r in rows:
+        hops = r.get("num_hops")
+        out[(r["system"], _dataset_key(r["dataset"]), None if hops is None else int(hops), r["metric"])] = r
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _systems(rows: Iterable[Mapping]) -> list[str]:
+    return list(dict.fromkeys(r["system"] for r in rows))
+
+
+def table1_markdown(rows: Sequence[Mapping], *, reference: bool = True) -> str:
+    """Table 1 layout: measured systems (percent), then the paper's reference rows."""
+    idx = _index(rows)
+    body = []
+    for system in _systems(rows):
+        cells = [_pct(idx[(system, d, h, m)]["value"]) if (system, d, h, m) in idx else "–"
+                 for d, h, m, _ in TABLE1_COLUMNS]
+        if any(c != "–" for c in cells):
+            body.append([system, *cells])
+    if reference:
+        for system, values in PAPER_TABLE1.items():
+            body.append([f"{system} (paper)", *("–" if v is None else f"{v:.2f}" for v in values)])
+    return _table(["System", *(label for *_, label in TABLE1_COLUMNS)], body)
+
+
+def other_datasets_markdown(rows: Sequence[Mapping]) -> str | None:
+    """Accuracy and weighted F1 for datasets outside Table 1 (None when there are none)."""
+    known = {d for d, *_ in TABLE1_COLUMNS}
+    rest = [r for r in rows if _dataset_key(r["dataset"]) not in known]
+    if not rest:
+        return None
+    idx = _index(rest)
+    cols = sorted({(_dataset_key(r["dataset"]), r.get("num_hops")) for r in rest},
+                  key=lambda c: (c[0], -1 if c[1] is None else c[1]))
+    header = ["System"]
+    for d, h in cols:
+        where = d if h is None else f"{d} {h}-hop"
+        header += [f"{where} F1", f"{where} Acc"]
+    body = []
+    for system in _systems(rest):
+        row = [system]
+        for d, h in cols:
+            for m in ("f1_weighted", "accuracy"):
+                r = idx.get((system, d, h, m))
+                row.append(_pct(r["value"]) if r else "–")
+        body.append(row)
+    return _table(header, body)
+
+
+def intervals_markdown(rows: Sequence[Mapping], metrics: Sequence[str] = ("accuracy", "f1_weighted")) -> str:
+    """Every measured cell with its bootstrap 95% interval and n, one line per (system, dataset, hops)."""
+    body = []
+    for r in rows:
+        if r["metric"] not in metrics:
+            continue
+        hops = r.get("num_hops")
+        ci = "–" if r.get("ci_low") is None else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
+        body.append([r["system"], r["dataset"], "–" if hops is None else str(hops), r["metric"],
+                     _pct(r["value"]), ci, str(r.get("n") or "–")])
+    return _table(["System", "Dataset", "Hops", "Metric", "Value", "95% CI", "n"], body)
+
+
+def render_report(
+    rows: Sequence[Mapping],
+    *,
+    title: str = "Evaluation",
+    notes: Sequence[str] = (),
+    plots: Sequence[str] = (),
+) -> str:
+    """The whole markdown report. ``notes``: extra lines (settings, sample sizes); ``plots``: image paths."""
+    rows = list(rows)
+    parts = [f"# {title}", ""]
+    parts += [f"- {n}" for n in notes]
+    if notes:
+        parts.append("")
+    parts += [
+        "## Table 1 layout (percent)",
+        "",
+        "F1 is the support-weighted F1 and Acc the accuracy, as the HARIS paper reports them; CHECKWHY is "
+        "accuracy on its positive claims. Rows marked (paper) are the paper's reported numbers "
+        "(500 claims per set, GPT-4o baselines, Qwen3-4B HARIS), for reference only.",
+        "",
+        table1_markdown(rows),
+        "",
+    ]
+    other = other_datasets_markdown(rows)
+    if other:
+        parts += ["## Other datasets (percent)", "", other, ""]
+    if rows:
+        parts += ["## Bootstrap 95% intervals", "", intervals_markdown(rows), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    return "\n".join(parts)
+
+
+def write_report(rows: Sequence[Mapping], path: str | Path, **kw) -> Path:
+    """Render the report and write it atomically to ``path``."""
+    write_text(render_report(rows, **kw), path)
+    return Path(path)

@@ -1,0 +1,518 @@
+"""The evaluation runner: every system on every eval set, per hop, with bootstrap intervals.
+
+Given claim tables per eval set (each with the retriever its systems search), and systems by name
+(HARIS at a reasoning / search checkpoint pair, the single agent, RAG, Decompose-Then-Verify), the
+runner samples each set per hop with balanced labels, runs each system over the sample in batches,
+and scores the verdicts per (dataset, hop, system): accuracy, weighted precision / recall / F1 and
+macro F1 (``factrl.eval.metrics``), each with a seeded bootstrap 95% interval, plus the average
+number of questions and searches per claim and the share of claims left without a verdict. The
+task is binary (SUPPORTS / REFUTES): other labels are dropped before sampling. CHECKWHY has only
+positive claims, so its score is accuracy on them.
+
+Rows follow ``factrl.data.schemas.METRICS``; :func:`nested_metrics` turns them into the
+dataset -> hop -> system -> metric mapping of ``metrics/eval.json``. The trajectories of the first
+``trace_claims`` claims of each (dataset, system) are kept for the trace page, with reward = 1 for a
+correct verdict and 0 otherwise.
+
+``factrl evaluate --claims CLAIMS.jsonl --passages PASSAGES.jsonl --out DIR`` (:func:`main`) runs the
+same evaluation on any claim file, indexing the given passages first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from factrl.agents.rollout import Trajectory
+from factrl.eval.metrics import METRICS, bootstrap_ci, classification_metrics
+from factrl.eval.sampling import stratified_sample
+
+log = logging.getLogger(__name__)
+
+SYSTEMS = ("haris", "single_agent", "rag", "decompose_verify")
+BINARY_LABELS = ("SUPPORTS", "REFUTES")
+COUNT_METRICS = ("avg_questions", "avg_searches", "no_verdict_rate")
+# display names of the baselines in the report (HARIS rows are named by their checkpoint)
+SYSTEM_NAMES = {"single_agent": "Single agent", "rag": "RAG", "decompose_verify": "Decomp-Verify"}
+
+
+# --------------------------------------------------------------------------------------------
+# systems
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ClaimRun:
+    """One system's work on one claim.
+
+    verdict: "SUPPORTS" | "REFUTES" | None (no verdict: a malformed or unfinished response).
+    questions: questions asked to a search agent (HARIS) or sub-claims checked (Decompose-Then-Verify).
+    searches: retriever calls made for the claim, over all agents.
+    trajectories: (agent, trajectory, format_valid) of every rollout behind the verdict.
+    """
+
+    verdict: str | None
+    questions: int = 0
+    searches: int = 0
+    format_valid: bool | None = None
+    trajectories: list[tuple[str, Trajectory, bool | None]] = field(default_factory=list)
+
+
+class System(Protocol):
+    """A claim verifier: ``run`` takes a batch of claim texts and the retriever to search."""
+
+    name: str
+
+    def run(self, claims: list[str], retriever) -> list[ClaimRun]:
+        ...
+
+
+@dataclass
+class HarisSystem:
+    """HARIS at one (reasoning, search) checkpoint pair (``factrl.agents.haris``)."""
+
+    name: str
+    reason_llm: Any
+    search_llm: Any
+    top_k: int = 3
+    max_new_tokens: int = 64
+    max_turns: int = 2
+
+    def run(self, claims: list[str], retriever) -> list[ClaimRun]:
+        from factrl.agents.haris import Haris, default_reasoning_params, default_search_params
+        from factrl.agents.tools import RetrieverTool
+
+        limits = {"max_new_tokens": self.max_new_tokens, "max_turns": self.max_turns}
+        haris = Haris(self.reason_llm, RetrieverTool(retriever, k=self.top_k), search_llm=self.search_llm,
+                      reason_params=default_reasoning_params(**limits),
+                      search_params=default_search_params(**limits))
+        out = []
+        for res in haris.verify(list(claims)):
+            searches = [s for s in res.searches if s is not None]
+            trajs = [("reasoning", res.trajectory, res.parse.format_valid)]
+            trajs += [("search", s.trajectory, s.parse.format_valid) for s in searches]
+            out.append(ClaimRun(
+                verdict=res.verdict, questions=res.trajectory.num_tool_calls,
+                searches=sum(s.trajectory.num_tool_calls for s in searches),
+                format_valid=res.parse.format_valid, trajectories=trajs,
+            ))
+        return out
+
+
+@dataclass
+class BaselineSystem:
+    """A baseline of ``factrl.agents.baselines``: ``rag``, ``decompose_verify`` or ``single_agent``.
+
+    Counts: RAG searches once (the claim); Decompose-Then-Verify checks every sub-claim (counted as
+    questions) with one search each; the single agent asks no questions and searches as it decides.
+    """
+
+    name: str
+    kind: str
+    llm: Any
+    top_k: int = 3
+    max_new_tokens: int = 64
+    max_turns: int = 2
+
+    def run(self, claims: list[str], retriever) -> list[ClaimRun]:
+        from factrl.agents import baselines
+
+        if self.kind == "single_agent":
+            params = baselines.default_single_agent_params(max_new_tokens=self.max_new_tokens,
+                                                           max_turns=self.max_turns)
+            results = baselines.single_agent(list(claims), llm=self.llm, retriever=retriever, k=self.top_k,
+                                             params=params)
+            return [ClaimRun(verdict=r.verdict, searches=r.trajectory.num_tool_calls,
+                             format_valid=r.parse.format_valid,
+                             trajectories=[("single_agent", r.trajectory, r.parse.format_valid)]) for r in results]
+        if self.kind == "rag":
+            results = baselines.rag(list(claims), llm=self.llm, retriever=retriever, k=self.top_k)
+            return [ClaimRun(verdict=r.verdict, searches=len(r.contexts), format_valid=r.verdict is not None,
+                             trajectories=[("rag", _call_trace(r), r.verdict is not None)]) for r in results]
+        if self.kind == "decompose_verify":
+            results = baselines.decompose_then_verify(list(claims), llm=self.llm, retriever=retriever, k=self.top_k)
+            return [ClaimRun(verdict=r.verdict, questions=len(r.subclaims), searches=len(r.contexts),
+                             format_valid=r.verdict is not None,
+                             trajectories=[("decompose_verify", _call_trace(r), r.verdict is not None)])
+                    for r in results]
+        raise ValueError(f"unknown baseline {self.kind!r}")
+
+
+def _call_trace(result) -> Trajectory:
+    """A trace of a baseline made of single LLM calls (no token ids): per verification, the context
+    it read (env) and the parsed verdict (model); sub-claims first for Decompose-Then-Verify."""
+    turns: list[tuple[str, str]] = [("env", f"Claim: {result.claim}")]
+    if result.subclaims:
+        turns.append(("model", "sub-claims:\n" + "\n".join(f"- {s}" for s in result.subclaims)))
+    verdicts = result.sub_verdicts or [result.verdict]
+    for i, context in enumerate(result.contexts):
+        head = f"sub-claim: {result.subclaims[i]}\n" if result.subclaims else ""
+        turns.append(("env", f"{head}context:\n{context}"))
+        turns.append(("model", f"verdict: {verdicts[i] if i < len(verdicts) else None}"))
+    for err in result.errors:
+        turns.append(("model", f"error: {err}"))
+    turns.append(("model", f"final verdict: {result.verdict}"))
+    return Trajectory(prompt_ids=[], response_ids=[], loss_mask=[], turns=turns,
+                      response_text="".join(t for _, t in turns), num_tool_calls=len(result.contexts),
+                      finish_reason="stop")
+
+
+def build_systems(names: Sequence[str], checkpoints: Sequence[tuple[str, str, str]], base_model: str, *,
+                  load_llm: Callable[[str], Any], top_k: int = 3, max_new_tokens: int = 64,
+                  max_turns: int = 2) -> list[System]:
+    """Systems by name; ``haris`` once per ``(name, reason, search)`` checkpoint; the baselines on
+    ``base_model``. ``load_llm`` maps a model spec to an LLM (called once per distinct spec)."""
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown system(s) {unknown}; expected some of {list(SYSTEMS)}")
+    cache: dict[str, Any] = {}
+
+    def llm(spec: str):
+        if spec not in cache:
+            cache[spec] = load_llm(spec)
+        return cache[spec]
+
+    limits = {"top_k": top_k, "max_new_tokens": max_new_tokens, "max_turns": max_turns}
+    systems: list[System] = []
+    for name in names:
+        if name == "haris":
+            if not checkpoints:
+                raise ValueError("system 'haris' needs at least one checkpoint")
+            systems += [HarisSystem(label, llm(reason), llm(search), **limits) for label, reason, search in checkpoints]
+        else:
+            systems.append(BaselineSystem(SYSTEM_NAMES[name], name, llm(base_model), **limits))
+    return systems
+
+
+# --------------------------------------------------------------------------------------------
+# eval sets and sampling
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalSet:
+    """Claims (CLAIMS schema) of one eval set and the retriever its systems search.
+
+    positive_only: score accuracy on the SUPPORTS claims only (CHECKWHY); None = by name.
+    """
+
+    name: str
+    claims: pa.Table
+    retriever: Any
+    positive_only: bool | None = None
+
+    @property
+    def positives_only(self) -> bool:
+        if self.positive_only is not None:
+            return self.positive_only
+        return self.name.lower().replace("-", "").startswith("checkwhy")
+
+
+def sample_set(eval_set: EvalSet, per_hop: int, seed: int) -> pa.Table:
+    """The scored claims: binary labels (SUPPORTS only for CHECKWHY), up to ``per_hop`` per hop with
+    balanced labels (``per_hop`` 0 = every claim of those labels)."""
+    labels = ("SUPPORTS",) if eval_set.positives_only else BINARY_LABELS
+    table = eval_set.claims
+    if per_hop <= 0:
+        keep = [lab in labels for lab in table.column("label").to_pylist()]
+        return table.filter(pa.array(keep, pa.bool_()))
+    return stratified_sample(table, per_hop, seed, labels=labels)
+
+
+# --------------------------------------------------------------------------------------------
+# scoring
+# --------------------------------------------------------------------------------------------
+
+
+def mean_ci(values: Sequence[float], n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values``."""
+    x = np.asarray(values, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
+    alpha = (1 - level) / 2
+    low, high = np.quantile(x[idx].mean(axis=1), [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def score_rows(dataset: str, system: str, num_hops: int | None, y_true: Sequence[str],
+               y_pred: Sequence[str | None], questions: Sequence[int], searches: Sequence[int], *,
+               n_boot: int, seed: int, positive_only: bool = False) -> list[dict]:
+    """METRICS rows of one (dataset, hop, system) cell: the classification metrics (accuracy only
+    for a positives-only set) and the per-claim averages, each with its bootstrap 95% interval."""
+    n = len(y_true)
+    scores = classification_metrics(y_true, y_pred)
+    names = ("accuracy",) if positive_only else METRICS
+    base = {"dataset": dataset, "system": system, "num_hops": num_hops, "n": n}
+    rows = []
+    for metric in names:
+        low, high = bootstrap_ci(y_true, y_pred, metric, n_boot=n_boot, seed=seed)
+        rows.append(base | {"metric": metric, "value": scores[metric], "ci_low": low, "ci_high": high})
+    counts = {"avg_questions": questions, "avg_searches": searches,
+              "no_verdict_rate": [float(p is None) for p in y_pred]}
+    for metric, values in counts.items():
+        low, high = mean_ci(values, n_boot, seed)
+        rows.append(base | {"metric": metric, "value": float(np.mean(values)), "ci_low": low, "ci_high": high})
+    return rows
+
+
+def _hop_groups(hops: Sequence[int | None]) -> list[tuple[int | None, list[int]]]:
+    groups: dict[int | None, list[int]] = {}
+    for i, h in enumerate(hops):
+        groups.setdefault(h, []).append(i)
+    return sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalResult:
+    """rows: METRICS rows; predictions: one dict per (dataset, system, claim); trajectories:
+    TRAJECTORIES rows of the traced claims; seconds: wall time per (dataset, system)."""
+
+    rows: list[dict]
+    predictions: list[dict]
+    trajectories: list[dict]
+    seconds: dict[str, float]
+
+
+def run_system(system: System, claims: list[str], retriever, batch_size: int) -> list[ClaimRun]:
+    """``system`` over ``claims`` in batches of ``batch_size`` (one batched rollout each)."""
+    out: list[ClaimRun] = []
+    for start in range(0, len(claims), max(1, batch_size)):
+        batch = claims[start : start + batch_size]
+        runs = system.run(batch, retriever)
+        if len(runs) != len(batch):
+            raise RuntimeError(f"system {system.name!r} returned {len(runs)} results for {len(batch)} claims")
+        out += runs
+    return out
+
+
+def _trace_rows(dataset: str, system: str, claim_id: str, label: str, run: ClaimRun) -> list[dict]:
+    correct = float(run.verdict == label)
+    rows = []
+    for i, (agent, traj, valid) in enumerate(run.trajectories):
+        row = traj.to_row(id=f"{dataset}/{system}/{claim_id}/{i}", prompt_id=claim_id, agent=agent, round=None,
+                          reward=correct, reward_parts={"correct": correct}, format_valid=valid)
+        rows.append(row)
+    return rows
+
+
+def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int, seed: int = 0,
+             batch_size: int = 16, n_boot: int = 1000, trace_claims: int = 4) -> EvalResult:
+    """Run every system on every set's sample and score it per hop (see the module docstring)."""
+    rows: list[dict] = []
+    predictions: list[dict] = []
+    traces: list[dict] = []
+    seconds: dict[str, float] = {}
+    for eval_set in sets:
+        sample = sample_set(eval_set, per_hop, seed)
+        if sample.num_rows == 0:
+            log.warning("eval set %s: no claims with labels to score; skipped", eval_set.name)
+            continue
+        ids = [str(x) for x in sample.column("id").to_pylist()]
+        texts = sample.column("claim").to_pylist()
+        labels = sample.column("label").to_pylist()
+        hops = sample.column("num_hops").to_pylist()
+        for system in systems:
+            t0 = time.perf_counter()
+            runs = run_system(system, texts, eval_set.retriever, batch_size)
+            seconds[f"{eval_set.name}/{system.name}"] = time.perf_counter() - t0
+            log.info("%s on %s: %d claims in %.1f s", system.name, eval_set.name, len(texts),
+                     seconds[f"{eval_set.name}/{system.name}"])
+            for i, run in enumerate(runs):
+                predictions.append({"dataset": eval_set.name, "system": system.name, "claim_id": ids[i],
+                                    "num_hops": hops[i], "label": labels[i], "verdict": run.verdict,
+                                    "questions": run.questions, "searches": run.searches,
+                                    "format_valid": run.format_valid})
+                if i < trace_claims:
+                    traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], run)
+            for hop, idx in _hop_groups(hops):
+                rows += score_rows(
+                    eval_set.name, system.name, hop, [labels[i] for i in idx], [runs[i].verdict for i in idx],
+                    [runs[i].questions for i in idx], [runs[i].searches for i in idx],
+                    n_boot=n_boot, seed=seed, positive_only=eval_set.positives_only)
+    return EvalResult(rows, predictions, traces, seconds)
+
+
+def hop_key(num_hops: int | None) -> str:
+    """``2`` -> ``"2hop"``; no hop count (CHECKWHY) -> ``"all"``."""
+    return "all" if num_hops is None else f"{int(num_hops)}hop"
+
+
+def nested_metrics(rows: Iterable[Mapping]) -> dict:
+    """dataset -> hop -> system -> {metric: value, n, ci_low: {metric: v}, ci_high: {metric: v}}."""
+    out: dict = {}
+    for r in rows:
+        cell = out.setdefault(r["dataset"], {}).setdefault(hop_key(r["num_hops"]), {}).setdefault(r["system"], {})
+        cell[r["metric"]] = r["value"]
+        cell["n"] = r["n"]
+        if r.get("ci_low") is not None:
+            cell.setdefault("ci_low", {})[r["metric"]] = r["ci_low"]
+            cell.setdefault("ci_high", {})[r["metric"]] = r["ci_high"]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# loading inputs (shared by the stage and the CLI)
+# --------------------------------------------------------------------------------------------
+
+
+def passages_index(passages: str | Path, root: str | Path) -> Path:
+    """A BM25 index of a passage file (JSONL or PASSAGES Parquet) under ``root``, keyed by the file's
+    content hash, so an unchanged file is indexed once; returns the index directory."""
+    from factrl.data.sources import read_passages
+    from factrl.data.schemas import PASSAGES
+    from factrl.io import write_parquet
+    from factrl.retrieval.index import MANIFEST, build_index
+
+    passages = Path(passages)
+    digest = hashlib.sha256(passages.read_bytes()).hexdigest()[:16]
+    out = Path(root) / f"{passages.stem}-{digest}"
+    if (out / MANIFEST).exists():
+        return out
+    parquet = out.with_name(out.name + ".passages.parquet")
+    write_parquet(read_passages(passages), parquet, PASSAGES)
+    build_index(parquet, out, embedder=None, bm25=True)
+    parquet.unlink()
+    return out
+
+
+def load_llm(spec: str):
+    """A local engine for a model directory or an embedded model name."""
+    from factrl.llm.local import LocalLLM
+
+    return LocalLLM(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# outputs (shared by the stage and the CLI)
+# --------------------------------------------------------------------------------------------
+
+
+def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, plots_dir: Path,
+                  traces_path: Path, title: str, notes: Sequence[str] = (),
+                  reward_points: Sequence[Mapping] = ()) -> dict[str, Path]:
+    """metrics JSON, the markdown report (Table 1 layout), plots, and the trace page."""
+    import os
+
+    from factrl.eval import plots
+    from factrl.eval.report import write_report
+    from factrl.eval.traces import trace_page
+    from factrl.io import write_json, write_text
+
+    written = {}
+    write_json(nested_metrics(result.rows), metrics_path)
+    written["metrics"] = metrics_path
+    images = []
+    if any(r["metric"] == "accuracy" for r in result.rows):
+        written["accuracy_plot"] = plots.render(plots.accuracy_per_hop_spec(result.rows),
+                                                plots_dir / "accuracy.png")
+        images.append(written["accuracy_plot"])
+    if reward_points:
+        written["reward_plot"] = plots.render(plots.reward_curve_spec(reward_points), plots_dir / "reward_curves.png")
+        images.append(written["reward_plot"])
+    rel = [os.path.relpath(p, report_path.parent) for p in images]
+    written["report"] = write_report(result.rows, report_path, title=title, notes=notes, plots=rel)
+    write_text(trace_page(result.trajectories, title=f"{title}: traces"), traces_path)
+    written["traces"] = traces_path
+    return written
+
+
+# --------------------------------------------------------------------------------------------
+# CLI: factrl evaluate
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | None = None) -> int:
+    """``factrl evaluate``: the evaluation on any claim file in the shared-data format."""
+    parser = argparse.ArgumentParser(
+        prog="factrl evaluate",
+        description="Evaluate fact-checking systems on a claim file: the passages are indexed first "
+                    "(into OUT/index), then every system runs on a per-hop sample with balanced labels. "
+                    "Writes OUT/metrics.json, OUT/eval.md (HARIS Table 1 layout), OUT/plots/ and "
+                    "OUT/traces.html.")
+    parser.add_argument("--claims", required=True, help="claim file (JSONL in the shared-data format, or Parquet)")
+    parser.add_argument("--passages", required=True, help="passages to search (JSONL {id, title, text} or Parquet)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, help="systems to run")
+    parser.add_argument("--checkpoint", nargs=2, action="append", metavar=("REASON", "SEARCH"),
+                        help="a HARIS (reasoning, search) model pair, directory or embedded name; repeatable "
+                             "(default: --base-model for both)")
+    parser.add_argument("--base-model", default="smollm2-135m", help="model of the baselines (default smollm2-135m)")
+    parser.add_argument("--per-hop", type=int, default=20, help="claims per hop, labels balanced (0 = all; default 20)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--embedder", default="none", choices=("none", "minilm", "e5-nano", "e5-hub"),
+                        help="dense embedder for the index; 'none' (default) builds BM25 only, the fast choice; "
+                             "with an embedder, searches are hybrid (BM25 + dense, RRF)")
+    parser.add_argument("--top-k", type=int, default=3, help="passages per search (default 3, as HARIS)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per agent turn (default 64)")
+    parser.add_argument("--max-turns", type=int, default=2, help="questions / searches per rollout (default 2)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--trace-claims", type=int, default=4, help="claims per system on the trace page")
+    parser.add_argument("--name", default=None, help="dataset name in the report (default: the claim file's stem)")
+    args = parser.parse_args(argv)
+
+    from factrl.data.sources import read_claims, read_passages
+    from factrl.data.schemas import PASSAGES
+    from factrl.io import write_parquet
+    from factrl.retrieval.index import Retriever, build_index
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    out = Path(args.out)
+    claims = read_claims(args.claims)
+    passages_file = out / "passages.parquet"
+    write_parquet(read_passages(args.passages), passages_file, PASSAGES)
+    embedder = None if args.embedder == "none" else args.embedder
+    build_index(passages_file, out / "index", embedder=embedder, bm25=True)
+    retriever = Retriever(out / "index", mode="bm25" if embedder is None else "hybrid")
+    checkpoints = [(f"HARIS ({Path(r).name})" if r == s else f"HARIS ({Path(r).name}+{Path(s).name})", r, s)
+                   for r, s in (args.checkpoint or [(args.base_model, args.base_model)])]
+    systems = build_systems(args.systems, checkpoints, args.base_model, load_llm=llm_loader or load_llm,
+                            top_k=args.top_k, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns)
+    name = args.name or Path(args.claims).stem
+    result = evaluate([EvalSet(name, claims, retriever)], systems, per_hop=args.per_hop, seed=args.seed,
+                      batch_size=args.batch_size, n_boot=args.n_boot, trace_claims=args.trace_claims)
+    notes = [f"claims: {args.claims} ({claims.num_rows} rows); passages: {args.passages}",
+             f"sample: up to {args.per_hop} claims per hop, balanced labels, seed {args.seed}",
+             f"retrieval: {'BM25' if embedder is None else 'hybrid BM25 + ' + embedder}, top-{args.top_k}; "
+             f"{args.max_new_tokens} new tokens per turn, {args.max_turns} turns",
+             f"baselines on {args.base_model}"]
+    written = write_outputs(result, metrics_path=out / "metrics.json", report_path=out / "eval.md",
+                            plots_dir=out / "plots", traces_path=out / "traces.html",
+                            title=f"Evaluation: {name}", notes=notes)
+    for kind, path in written.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def table_rows(nested: Mapping) -> list[dict]:
+    """The nested ``metrics/eval.json`` as flat display rows (percent, 2 decimals; '' where absent):
+    dataset, hops, system, accuracy, its 95% interval, weighted F1, n, avg questions / searches."""
+    def pct(v):
+        return "" if v is None else round(100 * float(v), 2)
+
+    rows = []
+    for dataset, by_hop in nested.items():
+        for hop, by_system in by_hop.items():
+            for system, m in by_system.items():
+                low, high = m.get("ci_low", {}).get("accuracy"), m.get("ci_high", {}).get("accuracy")
+                rows.append({
+                    "dataset": dataset, "hops": hop, "system": system, "accuracy": pct(m.get("accuracy")),
+                    "accuracy_ci95": "" if low is None else f"[{pct(low)}, {pct(high)}]",
+                    "f1_weighted": pct(m.get("f1_weighted")), "n": m.get("n", ""),
+                    "avg_questions": round(float(m.get("avg_questions", 0.0)), 2),
+                    "avg_searches": round(float(m.get("avg_searches", 0.0)), 2),
+                })
+    return rows

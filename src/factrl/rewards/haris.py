@@ -1,0 +1,83 @@
+"""HARIS's outcome rewards: R_high for the reasoning agent (eq. 1), R_low for the search agent (eq. 3).
+
+R_high = 1 for the right verdict, 0.1 for a wrong verdict in a valid format, 0 for an invalid format.
+R_low  = 1 when the judge finds the report useful for deriving the pseudo answer, 0.1 when it does
+not but the format is valid, 0 for an invalid format. The format is checked first: a malformed
+response scores 0 whatever it contains, and the judge is only asked about well-formed reports (this
+also keeps judge calls off responses that cannot earn anything).
+
+The judge is pluggable: anything with ``judge(items) -> list[bool]`` where each item has the keys
+``question``, ``answer`` (pseudo ground truth) and ``gathered`` (the report), e.g.
+:class:`factrl.llm.signatures.LLMJudge` (the paper's LLM-as-a-judge) or ``RuleJudge`` (token F1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from factrl.agents.protocol import REFUTES, SUPPORTS, parse_reasoning, parse_search
+from factrl.rewards.registry import RewardResult, register
+
+CORRECT = 1.0
+FORMAT_ONLY = 0.1  # the paper's format reward, following ReSearch (Chen et al., 2025)
+INVALID = 0.0
+
+# The task is binary (Support / Refute): a claim that is not supported counts as refuted, as HOVER's
+# NOT_SUPPORTED does. Gold labels are given in the factrl label set (data.schemas.LABELS).
+_GOLD = {SUPPORTS: SUPPORTS, REFUTES: REFUTES, "NOT ENOUGH INFO": REFUTES}
+
+
+class JudgeLike(Protocol):
+    def judge(self, items: Sequence[dict]) -> list[bool]: ...
+
+
+def binary_label(label: str) -> str:
+    """Gold label -> SUPPORTS / REFUTES; a ValueError for anything outside the factrl label set."""
+    try:
+        return _GOLD[label]
+    except KeyError:
+        raise ValueError(f"unknown gold label {label!r}; expected one of {sorted(_GOLD)}") from None
+
+
+@register("haris_reasoning")
+def reasoning_reward(response: str, label: str) -> RewardResult:
+    """R_high of one reasoning-agent response (generated text with injected results) against ``label``."""
+    gold = binary_label(label)
+    parsed = parse_reasoning(response)
+    correct = parsed.format_valid and parsed.verdict == gold
+    if not parsed.format_valid:
+        score = INVALID
+    else:
+        score = CORRECT if correct else FORMAT_ONLY
+    parts = {"correct": float(correct), "format": float(parsed.format_valid)}
+    return RewardResult(score=score, parts=parts, format_valid=parsed.format_valid)
+
+
+@register("haris_search")
+def search_rewards(
+    responses: Sequence[str], questions: Sequence[str], answers: Sequence[str], judge: JudgeLike
+) -> list[RewardResult]:
+    """R_low of a batch of search-agent responses; the judge is called once, on the well-formed ones."""
+    if not len(responses) == len(questions) == len(answers):
+        raise ValueError(
+            f"batch sizes differ: {len(responses)} responses, {len(questions)} questions, {len(answers)} answers"
+        )
+    parsed = [parse_search(r) for r in responses]
+    valid = [i for i, p in enumerate(parsed) if p.format_valid]
+    items = []
+    for i in valid:
+        if answers[i] is None:
+            raise ValueError(f"item {i}: the pseudo answer is None (unanswerable pairs are filtered before training)")
+        items.append({"question": questions[i], "answer": answers[i], "gathered": parsed[i].report})
+    verdicts = list(judge.judge(items)) if items else []
+    if len(verdicts) != len(items):
+        raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(items)} items")
+    useful = dict(zip(valid, (bool(v) for v in verdicts)))
+    out = []
+    for i, p in enumerate(parsed):
+        ok = useful.get(i, False)
+        score = INVALID if not p.format_valid else (CORRECT if ok else FORMAT_ONLY)
+        out.append(RewardResult(score=score, parts={"useful": float(ok), "format": float(p.format_valid)},
+                                format_valid=p.format_valid))
+    return out

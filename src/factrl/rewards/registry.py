@@ -1,0 +1,52 @@
+"""Reward functions registered by name, so params can pick one (``reward: haris_reasoning``).
+
+Every reward is a small pure function; the registry only maps names to them. ``RewardResult`` is the
+common return type: the scalar the trainer uses, its named parts (logged into the trajectories'
+``reward_parts`` column) and whether the response was well formed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+REWARDS: dict[str, Callable[..., Any]] = {}
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """One response's reward: ``score`` (what the policy sees), ``parts`` (for logs) and format validity."""
+
+    score: float
+    parts: dict[str, float] = field(default_factory=dict)
+    format_valid: bool = True
+
+
+def register(name: str) -> Callable[[F], F]:
+    """Decorator adding a reward function to :data:`REWARDS` under ``name`` (names are unique)."""
+
+    def deco(fn: F) -> F:
+        if name in REWARDS and REWARDS[name] is not fn:
+            raise ValueError(f"reward {name!r} is already registered by {REWARDS[name].__module__}")
+        REWARDS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_reward(name: str) -> Callable[..., Any]:
+    """The reward function registered as ``name``; a KeyError listing the known names otherwise."""
+    _load_builtin()
+    try:
+        return REWARDS[name]
+    except KeyError:
+        raise KeyError(f"unknown reward {name!r}; registered: {sorted(REWARDS)}") from None
+
+
+def _load_builtin() -> None:
+    # Importing the modules runs their @register decorators; imported lazily so that importing the
+    # registry alone never pulls in the agent protocol.
+    from factrl.rewards import haris, m2r, maporl, march  # noqa: F401

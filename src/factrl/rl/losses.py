@@ -1,0 +1,121 @@
+"""The GRPO/PPO clipped policy loss, loss aggregation and masked reductions.
+
+Follows verl's ``core_algos`` (``compute_policy_loss_vanilla``, ``agg_loss``) so that the local
+trainer and a verl run optimise the same objective. ``mask`` marks the tokens that are trained on:
+the model's own response tokens (1), not padding or text injected by a tool (0).
+
+Gradient accumulation: pass the whole mini-batch's token count (``num_tokens``) and sequence count
+(``num_seqs``) when aggregating a micro-batch, so that the sum of micro-batch losses equals the
+loss of the mini-batch in one piece (verl does the same with its ``global_batch_info``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum"]
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is non-zero (NaNs outside the mask are ignored). Shapes match."""
+    kept = torch.where(mask.bool(), values, torch.zeros_like(values))
+    return (kept * mask).sum() if dim is None else (kept * mask).sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is non-zero; ``1e-8`` in the denominator as verl."""
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(values, mask, dim) / (count + 1e-8)
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    agg: AggMode = "token-mean",
+    *,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Aggregate a per-token loss ``[B, T]`` into a scalar.
+
+    ``token-mean``: sum over all valid tokens / ``num_tokens`` (default: valid tokens here), so
+    long responses weigh more. ``seq-mean-token-mean``: each sequence's token mean, averaged over
+    the ``num_seqs`` sequences with any valid token (default: those here). The ``-sum`` variants
+    skip the per-token division.
+    """
+    mask = mask.to(loss_mat.dtype)
+    if agg == "token-mean":
+        denom = mask.sum() if num_tokens is None else num_tokens
+        return masked_sum(loss_mat, mask) / denom
+    if agg == "token-sum":
+        return masked_sum(loss_mat, mask)
+    if agg in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        tokens_per_seq = mask.sum(dim=-1)
+        seq_loss = masked_sum(loss_mat, mask, dim=-1)
+        if agg == "seq-mean-token-mean":
+            seq_loss = seq_loss / (tokens_per_seq + 1e-8)
+        seq_mask = (tokens_per_seq > 0).to(loss_mat.dtype)
+        denom = seq_mask.sum() if num_seqs is None else num_seqs
+        return masked_sum(seq_loss, seq_mask) / denom
+    raise ValueError(f"unknown loss aggregation {agg!r}")
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: AggMode = "token-mean",
+    *,
+    clip_ratio_c: float | None = 3.0,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate loss (GRPO's policy term).
+
+    logp: ``[B, T]`` log-probs of the sampled tokens under the policy being trained (with grad).
+    old_logp: ``[B, T]`` log-probs under the policy that sampled them (no grad).
+    adv: ``[B, T]`` advantages. mask: ``[B, T]`` 1 for trained tokens.
+    clip_low / clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
+    clip_ratio_c: dual-clip bound (Ye et al., 2020): for negative advantages the loss is capped at
+        ``-adv * clip_ratio_c``; ``None`` turns dual-clip off. verl always applies it (default 3.0).
+    Returns ``(loss scalar, stats)`` with stats ``clipfrac``, ``clipfrac_lower``, ``ppo_kl``.
+    """
+    log_ratio = torch.clamp(logp - old_logp, min=-20.0, max=20.0)  # verl's clamp, avoids exp overflow
+    ratio = torch.exp(log_ratio)
+    loss1 = -adv * ratio
+    loss2 = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clipped = torch.maximum(loss1, loss2)
+    stats = {
+        "clipfrac": masked_mean((loss2 > loss1).float(), mask).item(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach().item(),
+    }
+    if clip_ratio_c is not None:
+        if clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1.0, got {clip_ratio_c}")
+        loss3 = -adv * clip_ratio_c
+        dual = torch.minimum(loss3, clipped)
+        stats["clipfrac_lower"] = masked_mean(((clipped > loss3) & (adv < 0)).float(), mask).item()
+        clipped = torch.where(adv < 0, dual, clipped)
+    else:
+        stats["clipfrac_lower"] = 0.0
+    loss = agg_loss(clipped, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    return loss, stats
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each label: logits ``[B, T, V]``, labels ``[B, T]`` -> ``[B, T]`` float32."""
+    logits = logits.float()
+    picked = torch.gather(logits, -1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each next-token distribution: logits ``[B, T, V]`` -> ``[B, T]`` float32."""
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

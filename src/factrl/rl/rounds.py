@@ -1,0 +1,326 @@
+"""One round of HARIS's coordinated training (Algorithm 1): GRPO of the search agent, then of the
+reasoning agent with the freshly trained search agent as its tool.
+
+For round r (``rounds`` in params.yaml)::
+
+    train_search@r : L_prev --GRPO on qa_r (question -> <search> ... <report>)--> L_r
+                     reward haris_search: a judge compares the report with the teacher's answer
+    train_reason@r : H_prev --GRPO on the round's claims, L_r answering <question>s--> H_r
+                     reward haris_reasoning: the verdict against the gold label
+
+This module builds, for each agent, the rollout function (items, G) -> trajectories and the reward
+function (items, trajectories) -> rewards that :func:`factrl.rl.trainer.train` drives, and
+:func:`run_agent_training`, which wraps the trainer with what a pipeline stage needs: a fingerprint
+of the run's inputs in the (DVC ``persist``) state directory so a killed stage resumes from its last
+checkpoint while a changed input starts over, per-step metrics copied to the DVC plots file, and the
+final policy saved in Hugging Face format with an atomic rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from factrl.agents import haris
+from factrl.agents.rollout import RolloutParams, run_rollouts
+from factrl.agents.tools import RetrieverTool, SearchAgentTool
+from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, SearchTrainParams
+from factrl.rewards.registry import get_reward
+
+FINGERPRINT_FILE = "fingerprint.json"
+METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
+
+
+# --------------------------------------------------------------------------------------------
+# prompts
+# --------------------------------------------------------------------------------------------
+
+
+def search_items(qa: pa.Table) -> list[dict]:
+    """The search agent's prompts: one per answered qa pair (``id``, ``question``, ``answer``)."""
+    rows = qa.select(["id", "question", "answer"]).to_pylist()
+    return [r for r in rows if r["answer"] is not None and r["question"].strip()]
+
+
+def reasoning_items(claims: pa.Table) -> list[dict]:
+    """The reasoning agent's prompts: one per claim (``id``, ``claim``, ``label``)."""
+    return claims.select(["id", "claim", "label"]).to_pylist()
+
+
+def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]:
+    """At most ``max_prompts`` items (0 = all) after a seeded shuffle, so a cap keeps a fair sample."""
+    order = np.random.default_rng(seed).permutation(len(items))
+    picked = [items[i] for i in order]
+    return picked[:max_prompts] if max_prompts > 0 else picked
+
+
+def grpo_params(p: AgentTrainParams) -> GRPOParams:
+    """The :class:`GRPOParams` part of an agent's train params (what the trainer validates and saves)."""
+    return GRPOParams(**{f.name: getattr(p, f.name) for f in dataclasses.fields(GRPOParams)})
+
+
+# --------------------------------------------------------------------------------------------
+# rollout and reward functions
+# --------------------------------------------------------------------------------------------
+
+
+def search_rollout_params(p: SearchTrainParams) -> RolloutParams:
+    """The search agent's rollouts during its training: sampled at the training temperature; the
+    seed stays None so sampling follows the global generator the trainer seeds per step."""
+    return haris.default_search_params(
+        max_turns=p.max_turns, max_new_tokens=p.max_new_tokens, max_context_tokens=p.max_context_tokens,
+        max_tool_response_tokens=p.max_tool_response_tokens, temperature=p.temperature)
+
+
+def reasoning_rollout_params(p: ReasonTrainParams) -> RolloutParams:
+    return haris.default_reasoning_params(
+        max_turns=p.max_turns, max_new_tokens=p.max_new_tokens, max_context_tokens=p.max_context_tokens,
+        max_tool_response_tokens=p.max_tool_response_tokens, temperature=p.temperature)
+
+
+def served_search_params(p: ReasonTrainParams) -> RolloutParams:
+    """How L_r answers the reasoning agent's questions while H trains (fixed, not trained)."""
+    return haris.default_search_params(
+        max_turns=p.search_max_turns, max_new_tokens=p.search_max_new_tokens,
+        max_context_tokens=p.max_context_tokens, max_tool_response_tokens=p.max_tool_response_tokens,
+        temperature=p.search_temperature)
+
+
+def search_rollout_fn(llm, retriever_tool: RetrieverTool, params: RolloutParams) -> Callable:
+    """``(items, n) -> trajectories``: ``n`` search-agent rollouts per question, item-major."""
+
+    def rollout(items: list[dict], n: int) -> list:
+        results = haris.run_search_agent(llm, [it["question"] for it in items], retriever_tool, params, n=n)
+        return [r.trajectory for r in results]
+
+    return rollout
+
+
+def search_reward_fn(judge, reward: str = "haris_search") -> Callable:
+    """``(items, trajectories) -> RewardResults``: the judge sees each well-formed report and the
+    teacher's pseudo answer of its question (one batched judge call per step)."""
+    fn = get_reward(reward)
+
+    def score(items: list[dict], trajectories: list) -> list:
+        return fn([t.response_text for t in trajectories], [it["question"] for it in items],
+                  [it["answer"] for it in items], judge)
+
+    return score
+
+
+def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParams) -> Callable:
+    """``(items, n) -> trajectories``: ``n`` reasoning-agent rollouts per claim, each question
+    answered by the search agent behind ``search_tool`` (its report injected, loss mask 0)."""
+
+    def rollout(items: list[dict], n: int) -> list:
+        convs = [haris.reasoning_messages(it["claim"]) for it in items]
+        return run_rollouts(llm, [llm.encode_chat(c) for c in convs], search_tool, params, n=n, messages=convs)
+
+    return rollout
+
+
+def reasoning_reward_fn(reward: str = "haris_reasoning") -> Callable:
+    """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels."""
+    fn = get_reward(reward)
+
+    def score(items: list[dict], trajectories: list) -> list:
+        return [fn(t.response_text, it["label"]) for it, t in zip(items, trajectories)]
+
+    return score
+
+
+def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: RolloutParams) -> SearchAgentTool:
+    """The ``</question>`` tool: one search-agent rollout per question, its report as the answer.
+    History is off: training runs many steps and needs none of it."""
+
+    def run(questions: list[str]) -> list:
+        return haris.run_search_agent(search_llm, questions, retriever_tool, params)
+
+    return SearchAgentTool(run, keep_history=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served_llm(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Iterator[Any]:
+    """``factrl serve-llm`` for ``model`` on a free loopback port, as an OpenAI-compatible client
+    (chat-only: rollouts through it run as conversations). The server stops when the block ends."""
+    from factrl.llm.openai_compat import OpenAICompatLLM
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
+           "--port", str(port), "--host", "127.0.0.1"] + (["--bf16"] if bf16 else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
+                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
+            time.sleep(0.5)
+        # the key is a placeholder: the local server checks none, and the client requires one
+        yield OpenAICompatLLM(model, base_url=url, api_key="local", concurrency=64)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def search_llm_for(model_dir: str, backend: str, *, bf16: bool) -> Iterator[Any]:
+    """L_r as an LLM: in-process (LocalLLM) or behind the local OpenAI-compatible server."""
+    if backend == "server":
+        with served_llm(model_dir, bf16=bf16) as llm:
+            yield llm
+        return
+    from factrl.llm.local import LocalLLM
+
+    yield LocalLLM(model_dir, bf16=bf16)
+
+
+# --------------------------------------------------------------------------------------------
+# one agent's run, as a stage needs it
+# --------------------------------------------------------------------------------------------
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """Content hash of a Hugging Face model directory (weights and configs), or the name itself
+    for an embedded/hub model."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        return str(model_dir)
+    h = hashlib.sha256()
+    for f in sorted(p for p in d.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(f.relative_to(d).as_posix().encode())
+        h.update(file_digest(f).encode())
+    return h.hexdigest()
+
+
+def fingerprint(cfg: AgentTrainParams, init_model: str, items: Sequence[dict], extra: dict | None = None) -> str:
+    """Hash of everything a run's result depends on: params, initial weights, prompts, extras
+    (e.g. the serving search agent's weights)."""
+    blob = json.dumps({"cfg": dataclasses.asdict(cfg), "init": model_digest(init_model), "items": list(items),
+                       "extra": extra or {}}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prepare_state_dir(state_dir: Path, digest: str) -> bool:
+    """Keep ``state_dir`` (resume) when it belongs to the same run, else empty it (start over).
+    Returns True when existing checkpoints will be resumed."""
+    marker = state_dir / FINGERPRINT_FILE
+    if marker.exists() and json.loads(marker.read_text())["fingerprint"] == digest:
+        return (state_dir / "checkpoints").is_dir()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"fingerprint": digest}) + "\n")
+    return False
+
+
+def save_model(model, tokenizer, target: Path, info: dict) -> None:
+    """Save in Hugging Face format beside ``target`` and rename into place (never half written)."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "factrl_train.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, target)
+
+
+@dataclasses.dataclass
+class RunResult:
+    rows: list[dict]  # per-step metrics rows
+    resumed: bool  # the run continued from checkpoints of a killed earlier run
+
+
+def run_agent_training(
+    *,
+    agent: str,
+    init_model: str,
+    items: list[dict],
+    cfg: AgentTrainParams,
+    make_fns: Callable[[Any], tuple[Callable, Callable]],
+    state_dir: Path,
+    out_model: Path,
+    metrics_path: Path,
+    extra_fingerprint: dict | None = None,
+    model_tokenizer: tuple | None = None,
+    on_step: Callable[[dict], None] | None = None,
+) -> RunResult:
+    """GRPO of one agent from ``init_model`` on ``items``; ``make_fns(policy_llm)`` returns the
+    ``(rollout_fn, reward_fn)`` pair (the policy LLM shares the trained weights).
+
+    Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
+    prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
+    the final policy to ``out_model``; then drops the checkpoints (the model is the result).
+    """
+    from factrl.llm.local import LocalLLM
+    from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.trainer import GRPOTrainer, train, write_metrics
+
+    if not items:
+        raise ValueError(f"{agent}: no training prompts (empty input for this round)")
+    state_dir = Path(state_dir)
+    resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
+    model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
+    gcfg = grpo_params(cfg)
+    trainer = GRPOTrainer(model, tok, gcfg)
+    policy = LocalLLM(model_obj=model, tokenizer=tok, bf16=gcfg.bf16, model_name=f"{agent}-policy")
+    rollout_fn, reward_fn = make_fns(policy)
+    metrics_path = Path(metrics_path)
+
+    def step_done(row: dict) -> None:
+        shutil.copyfile(state_dir / METRICS_FILE, metrics_path)  # the plots file follows every step
+        print(f"{agent} step {row['step']}/{gcfg.steps}: reward={row['reward_mean']:.3f} "
+              f"format={row.get('format_valid_rate', float('nan')):.2f} kl={row.get('kl', 0.0):.4f} "
+              f"len={row['response_length']:.0f} ({row['step_time']:.1f}s)", flush=True)
+        if on_step is not None:
+            on_step(row)
+
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, on_step=step_done)
+    write_metrics(rows, metrics_path)
+    save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
+                                       "prompts": len(items), "params": dataclasses.asdict(cfg),
+                                       "final": rows[-1] if rows else {}})
+    shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
+    return RunResult(rows=rows, resumed=resumed)

@@ -1,0 +1,475 @@
+"""The local GRPO trainer: one policy on CPU, the same objective as a verl run.
+
+:class:`GRPOTrainer` turns a batch of trajectories and their rewards into optimizer updates:
+group-normalised advantages (``advantages``), the clipped policy loss (``losses``) and a KL loss to
+a frozen copy of the initial policy (``kl``), over mini-batches with gradient accumulation over
+micro-batches, AdamW with linear warm-up and gradient-norm clipping, forward/backward under bf16
+autocast. :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
+rollout function, score them with a reward function, step, log a metrics row, checkpoint every
+``checkpoint_every`` steps. A killed run restarted on the same ``out_dir`` resumes from the newest
+checkpoint and produces the same weights and metrics as an uninterrupted run: every step's prompt
+choice and sampling seed are functions of ``(seed, step)`` alone, and the checkpoint holds the
+weights, optimizer, scheduler, RNG states and the metrics rows so far.
+
+Trajectories are :class:`factrl.agents.rollout.Trajectory` (any object with ``prompt_ids``,
+``response_ids``, ``loss_mask`` and optionally ``num_tool_calls`` works). Tokens with loss mask 0
+(tool results injected into the response) are context for the model but never trained on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import io
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from factrl.config import GRPOParams
+from factrl.io import atomic_path
+from factrl.rl.advantages import grpo_advantages, token_advantages
+from factrl.rl.kl import kl_penalty
+from factrl.rl.losses import (
+    agg_loss,
+    entropy_from_logits,
+    logprobs_from_logits,
+    policy_loss,
+)
+
+CHECKPOINT_PREFIX = "step-"
+STATE_FILE = "trainer_state.pt"
+METRICS_FILE = "metrics.csv"
+
+
+class TrajectoryLike(Protocol):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+
+
+@dataclass
+class MicroBatch:
+    """Padded tensors of a few trajectories: prompts left-padded, responses right-padded.
+
+    input_ids / attention_mask / position_ids: ``[b, P + T]``.
+    responses: ``[b, T]`` response token ids. mask: ``[b, T]`` 1 = trained token.
+    advantages: ``[b, T]``. old_logp / ref_logp: ``[b, T]`` once computed (no grad).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    responses: torch.Tensor
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+
+
+def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int) -> MicroBatch:
+    """Pad ``b`` trajectories into one :class:`MicroBatch`; ``advantages`` is ``[b]``.
+
+    Left-padding the prompts puts every response at the same columns, so the logits of all
+    response tokens are the last ``T + 1`` positions (the lm_head runs only there).
+    """
+    for i, t in enumerate(trajectories):
+        if len(t.loss_mask) != len(t.response_ids):
+            raise ValueError(
+                f"trajectory {i}: loss_mask has {len(t.loss_mask)} entries for {len(t.response_ids)} response ids"
+            )
+        if not t.prompt_ids:
+            raise ValueError(f"trajectory {i}: empty prompt_ids")
+    p = max(len(t.prompt_ids) for t in trajectories)
+    r = max(1, max(len(t.response_ids) for t in trajectories))  # one column even if all are empty
+    ids, attn, resp, mask = [], [], [], []
+    for t in trajectories:
+        lp, lr = len(t.prompt_ids), len(t.response_ids)
+        ids.append([pad_id] * (p - lp) + list(t.prompt_ids) + list(t.response_ids) + [pad_id] * (r - lr))
+        attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
+        resp.append(list(t.response_ids) + [pad_id] * (r - lr))
+        mask.append([int(m) for m in t.loss_mask] + [0] * (r - lr))
+    attention_mask = torch.tensor(attn)
+    mask_t = torch.tensor(mask, dtype=torch.float32)
+    return MicroBatch(
+        input_ids=torch.tensor(ids),
+        attention_mask=attention_mask,
+        # positions count real tokens only, as during generation (LocalLLM does the same)
+        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+        responses=torch.tensor(resp),
+        mask=mask_t,
+        advantages=token_advantages(advantages.float(), mask_t),
+    )
+
+
+def response_logits(model, mb: MicroBatch, temperature: float) -> torch.Tensor:
+    """Logits ``[b, T, V]`` predicting each response token, divided by the sampling temperature."""
+    t = mb.responses.shape[1]
+    out = model(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+        use_cache=False, logits_to_keep=t + 1,
+    )
+    logits = out.logits[:, :-1, :]
+    return logits / temperature if temperature != 1.0 else logits
+
+
+class GRPOTrainer:
+    """GRPO updates for ``model`` (a Hugging Face causal LM, float32 weights).
+
+    ``ref_model`` is the frozen KL reference; by default a copy of ``model`` as given (so build
+    the trainer before loading a checkpoint: the reference stays the initial policy). With
+    ``cfg.kl_coef == 0`` no reference is kept.
+    """
+
+    def __init__(self, model, tokenizer, cfg: GRPOParams, ref_model=None):
+        _validate(cfg)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # eval mode: no dropout, so old, new and reference log-probs see the same function
+        self.model.eval()
+        self.ref_model = None
+        if cfg.kl_coef > 0:
+            self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+            self.ref_model.eval().requires_grad_(False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+        )
+        warmup = cfg.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: min(1.0, (u + 1) / warmup) if warmup > 0 else 1.0
+        )
+        self.updates = 0
+
+    # ---- one training step ---------------------------------------------------------------
+    def _autocast(self):
+        if self.cfg.bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _logp(self, model, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with self._autocast():
+            logits = response_logits(model, mb, self.cfg.temperature)
+        logp = logprobs_from_logits(logits, mb.responses)
+        entropy = None
+        if with_entropy:
+            if self.cfg.entropy_coef > 0:
+                entropy = entropy_from_logits(logits)
+            else:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits.detach())
+        return logp, entropy
+
+    def step(
+        self,
+        trajectories: Sequence[TrajectoryLike],
+        rewards: Sequence[float] | torch.Tensor,
+        group_ids: Sequence,
+    ) -> dict[str, float]:
+        """Train on one batch; returns its metrics (means over trained tokens / responses)."""
+        cfg = self.cfg
+        n = len(trajectories)
+        if n == 0:
+            raise ValueError("step() needs at least one trajectory")
+        rewards_t = torch.as_tensor(list(rewards) if not isinstance(rewards, torch.Tensor) else rewards,
+                                    dtype=torch.float32)
+        if rewards_t.numel() != n or len(group_ids) != n:
+            raise ValueError(f"{n} trajectories, {rewards_t.numel()} rewards, {len(group_ids)} group ids")
+        adv = grpo_advantages(rewards_t, group_ids, eps=cfg.adv_eps, norm_by_std=cfg.norm_adv_by_std)
+
+        mini = cfg.mini_batch_size or n
+        minis = [list(range(s, min(s + mini, n))) for s in range(0, n, mini)]
+        micro_batches = [
+            [
+                collate([trajectories[i] for i in idx[s : s + cfg.micro_batch_size]],
+                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id)
+                for s in range(0, len(idx), cfg.micro_batch_size)
+            ]
+            for idx in minis
+        ]
+        # Old log-probs once per batch, before any update. With a single update per batch the
+        # policy has not moved yet, so the detached current log-probs are the same numbers and the
+        # extra forward pass is skipped (TRL and verl's on-policy path do the same).
+        multi_update = cfg.ppo_epochs * len(minis) > 1
+        if multi_update or self.ref_model is not None:
+            with torch.no_grad():
+                for mbs in micro_batches:
+                    for mb in mbs:
+                        if multi_update:
+                            mb.old_logp = self._logp(self.model, mb, with_entropy=False)[0]
+                        if self.ref_model is not None:
+                            mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
+
+        totals: dict[str, float] = {}
+        weights = 0.0
+        grad_norm = 0.0
+        for _ in range(cfg.ppo_epochs):
+            for mbs in micro_batches:
+                num_tokens = sum(mb.mask.sum() for mb in mbs)
+                num_seqs = sum((mb.mask.sum(-1) > 0).sum() for mb in mbs)
+                if num_tokens == 0:  # nothing generated to train on (e.g. every response empty)
+                    continue
+                part = dict(pg_loss=0.0, kl=0.0, entropy=0.0, clipfrac=0.0, clipfrac_lower=0.0, ppo_kl=0.0)
+                for mb in mbs:
+                    logp, entropy = self._logp(self.model, mb, with_entropy=True)
+                    old = mb.old_logp if mb.old_logp is not None else logp.detach()
+                    share = float(mb.mask.sum() / num_tokens) if num_tokens > 0 else 0.0
+                    agg_kw = dict(num_tokens=num_tokens, num_seqs=num_seqs)
+                    pg, stats = policy_loss(
+                        logp, old, mb.advantages, mb.mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
+                        cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, **agg_kw,
+                    )
+                    loss = pg
+                    ent = agg_loss(entropy, mb.mask, cfg.loss_agg, **agg_kw)
+                    if cfg.entropy_coef > 0:
+                        loss = loss - cfg.entropy_coef * ent
+                    if mb.ref_logp is not None:
+                        kl = agg_loss(kl_penalty(logp, mb.ref_logp, cfg.kl_type), mb.mask, cfg.loss_agg, **agg_kw)
+                        loss = loss + cfg.kl_coef * kl
+                        part["kl"] += kl.item()
+                    loss.backward()
+                    part["pg_loss"] += pg.item()
+                    part["entropy"] += ent.item()
+                    for k in ("clipfrac", "clipfrac_lower", "ppo_kl"):
+                        part[k] += stats[k] * share
+                grad_norm = self._update()
+                for k, v in part.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                weights += 1
+        metrics = {k: v / max(weights, 1) for k, v in totals.items()}
+        lengths = [len(t.response_ids) for t in trajectories]
+        trained = [sum(t.loss_mask) for t in trajectories]
+        metrics.update(
+            reward_mean=rewards_t.mean().item(),
+            reward_std=rewards_t.std().item() if n > 1 else 0.0,
+            adv_abs_mean=adv.abs().mean().item(),
+            response_length=float(np.mean(lengths)),
+            trained_tokens=float(np.mean(trained)),
+            grad_norm=grad_norm,
+            lr=self.scheduler.get_last_lr()[0],
+            updates=float(self.updates),
+        )
+        return metrics
+
+    def _update(self) -> float:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if torch.isfinite(norm):
+            self.optimizer.step()
+        # a non-finite gradient skips the update (as verl does) instead of poisoning the weights
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        return float(norm)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self, directory: str | Path, step: int, metrics: list[dict] | None = None) -> Path:
+        """Write ``directory/step-NNNNNN/``: the model (``save_pretrained``) and tokenizer in Hugging
+        Face format, plus ``trainer_state.pt`` (optimizer, scheduler, RNG states, step, metrics).
+
+        Written to a temporary directory and renamed, so a kill never leaves a half checkpoint.
+        """
+        directory = Path(directory)
+        final = directory / f"{CHECKPOINT_PREFIX}{step:06d}"
+        tmp = directory / f".{final.name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        torch.save(
+            {
+                "step": step,
+                "updates": self.updates,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": _rng_state(),
+                "metrics": list(metrics or []),
+                "cfg": asdict(self.cfg),
+            },
+            tmp / STATE_FILE,
+        )
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """Restore weights, optimizer, scheduler and RNG states from a checkpoint directory.
+
+        Returns the saved state (``step``, ``metrics``, ...). The reference model is untouched.
+        """
+        path = Path(path)
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        loaded = type(self.model).from_pretrained(path, dtype=next(self.model.parameters()).dtype)
+        self.model.load_state_dict(loaded.state_dict())
+        del loaded
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.updates = state["updates"]
+        _set_rng_state(state["rng"])
+        return state
+
+
+def _validate(cfg: GRPOParams) -> None:
+    if cfg.group_size < 1 or cfg.prompts_per_step < 1 or cfg.micro_batch_size < 1 or cfg.ppo_epochs < 1:
+        raise ValueError("GRPOParams: group_size, prompts_per_step, micro_batch_size and ppo_epochs must be >= 1")
+    if cfg.mini_batch_size and cfg.mini_batch_size % cfg.micro_batch_size:
+        raise ValueError(
+            f"GRPOParams: mini_batch_size {cfg.mini_batch_size} must be a multiple of "
+            f"micro_batch_size {cfg.micro_batch_size}"
+        )
+    if cfg.temperature <= 0:
+        raise ValueError(f"GRPOParams.temperature must be > 0 for training, got {cfg.temperature}")
+    if cfg.checkpoint_every < 1 or cfg.keep_checkpoints < 1:
+        raise ValueError(
+            f"GRPOParams.checkpoint_every ({cfg.checkpoint_every}) and keep_checkpoints "
+            f"({cfg.keep_checkpoints}) must be >= 1"
+        )
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def checkpoints(directory: str | Path) -> list[Path]:
+    """Complete checkpoints under ``directory``, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and (p / STATE_FILE).exists()]
+    return sorted(found, key=lambda p: p.name)
+
+
+# ---- the training loop --------------------------------------------------------------------
+
+RolloutFn = Callable[[list[Any], int], list[TrajectoryLike]]
+"""``(prompt items, n) -> trajectories``: ``n`` per item, item-major (item 0's n first)."""
+
+RewardFn = Callable[[list[Any], list[TrajectoryLike]], list[Any]]
+"""``(items repeated per trajectory, trajectories) -> rewards``: floats, or objects with ``score``
+and ``format_valid`` (``factrl.rewards`` results)."""
+
+
+def step_prompts(num_prompts: int, per_step: int, seed: int, step: int) -> list[int]:
+    """Indices of the prompts of ``step``: consecutive slices of a per-epoch permutation.
+
+    A pure function of its arguments, so a resumed run sees the same prompts as an unbroken one.
+    """
+    if num_prompts < 1:
+        raise ValueError("train() needs at least one prompt")
+    perms: dict[int, np.ndarray] = {}
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(k, num_prompts)
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(num_prompts)
+        out.append(int(perms[epoch][pos]))
+    return out
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (sampling in rollouts uses torch's global generator)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _scores(results: Sequence[Any]) -> tuple[list[float], list[float] | None]:
+    scores, valid = [], []
+    for r in results:
+        if isinstance(r, (int, float)):
+            scores.append(float(r))
+            valid.append(None)
+        else:
+            scores.append(float(r.score))
+            valid.append(getattr(r, "format_valid", None))
+    known = [float(v) for v in valid if v is not None]
+    return scores, (known if len(known) == len(valid) else None)
+
+
+def write_metrics(rows: list[dict], path: str | Path) -> None:
+    """Write all metrics rows as CSV atomically (one row per step; a DVC plots file)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    with atomic_path(path) as tmp:
+        tmp.write_text(buf.getvalue(), encoding="utf-8")
+
+
+def train(
+    trainer: GRPOTrainer,
+    prompts: Sequence[Any],
+    rollout_fn: RolloutFn,
+    reward_fn: RewardFn,
+    out_dir: str | Path,
+    *,
+    on_step: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Run ``trainer.cfg.steps`` GRPO steps, resuming from ``out_dir/checkpoints`` if present.
+
+    Writes ``out_dir/metrics.csv`` after every step and a checkpoint every ``checkpoint_every``
+    steps and after the last one (older ones pruned to ``keep_checkpoints``). Returns the metrics
+    rows of the whole run (including steps done before a resume).
+    """
+    cfg = trainer.cfg
+    out_dir = Path(out_dir)
+    ckpt_dir = out_dir / "checkpoints"
+    rows: list[dict] = []
+    start = 0
+    existing = checkpoints(ckpt_dir)
+    if existing:
+        state = trainer.load_checkpoint(existing[-1])
+        start, rows = state["step"], list(state["metrics"])
+        write_metrics(rows, out_dir / METRICS_FILE)  # drop rows of steps done after that checkpoint
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        seed_everything(cfg.seed * 1_000_003 + step)
+        items = [prompts[i] for i in step_prompts(len(prompts), cfg.prompts_per_step, cfg.seed, step)]
+        trajectories = rollout_fn(items, cfg.group_size)
+        if len(trajectories) != len(items) * cfg.group_size:
+            raise RuntimeError(
+                f"rollout_fn returned {len(trajectories)} trajectories for {len(items)} prompts x G={cfg.group_size}"
+            )
+        expanded = [item for item in items for _ in range(cfg.group_size)]
+        t1 = time.perf_counter()
+        scores, valid = _scores(reward_fn(expanded, trajectories))
+        group_ids = [k for k in range(len(items)) for _ in range(cfg.group_size)]
+        t2 = time.perf_counter()
+        metrics = trainer.step(trajectories, scores, group_ids)
+        t3 = time.perf_counter()
+        row = {"step": step + 1, **metrics}
+        if valid is not None:  # only reward functions that judge format report it
+            row["format_valid_rate"] = float(np.mean(valid))
+        row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in trajectories]))
+        row.update(rollout_time=t1 - t0, reward_time=t2 - t1, train_time=t3 - t2, step_time=t3 - t0)
+        rows.append(row)
+        write_metrics(rows, out_dir / METRICS_FILE)
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            trainer.save_checkpoint(ckpt_dir, step + 1, rows)
+            for old in checkpoints(ckpt_dir)[: -cfg.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+        if on_step is not None:
+            on_step(row)
+    return rows

@@ -1,0 +1,135 @@
+"""Stage `evaluate`: HARIS checkpoints against the baselines on every eval set (the paper's Table 1).
+
+Inputs: the eval sets of params `evaluate.sets` (the demo world's data/claims/eval.parquet; the
+HARIS eval files of ../shared/data/haris_eval when present, each searched over its own passages),
+index/ for sets without their own passages, the HARIS checkpoints of `evaluate.checkpoints`.
+Outputs: metrics/eval.json (DVC metrics: dataset -> hop -> system -> metric), reports/eval.md
+(Table 1 layout with the paper's numbers as reference rows), plots/eval/accuracy.png (and
+plots/eval/reward_curves.png when training metrics exist under metrics/train/), reports/traces.html.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from factrl.config import EvalSetParams, EvaluateParams, load_section
+from factrl.eval import runner
+
+log = logging.getLogger("stages.evaluate")
+
+TRAIN_METRICS = Path("metrics/train")
+# metrics/train/reason_r2.csv, metrics/train/search_3/metrics.csv, ...: agent and round from the path
+_TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
+
+
+def resolve_checkpoints(params: EvaluateParams, models: Path = Path("models")) -> list[tuple[str, str, str]]:
+    """(name, reason, search) per checkpoint. Empty params = the newest round with both
+    models/reason_<r> and models/search_<r> on disk, else the base model. A listed model that looks
+    like a path (has a '/') must exist."""
+    if params.checkpoints:
+        for i, c in enumerate(params.checkpoints):
+            for agent in ("reason", "search"):
+                spec = getattr(c, agent)
+                if "/" in spec and not Path(spec).exists():
+                    raise FileNotFoundError(f"params.yaml: evaluate.checkpoints[{i}].{agent}: {spec} does not exist "
+                                            "(train that round first, or list an existing checkpoint)")
+        return [(c.name, c.reason, c.search) for c in params.checkpoints]
+    rounds = sorted({int(m.group(1)) for p in models.glob("reason_*")
+                     if (m := re.fullmatch(r"reason_(\d+)", p.name)) and (models / f"search_{m.group(1)}").is_dir()})
+    if rounds:
+        r = rounds[-1]
+        log.info("evaluate: no checkpoints in params; using the newest round on disk, %d", r)
+        return [(f"HARIS r{r}", str(models / f"reason_{r}"), str(models / f"search_{r}"))]
+    log.info("evaluate: no checkpoints in params and none on disk; using the base model %s", params.base_model)
+    return [("HARIS (base)", params.base_model, params.base_model)]
+
+
+def load_sets(params: EvaluateParams, index_dir: Path = Path("index")) -> tuple[list[runner.EvalSet], list[str]]:
+    """The eval sets with their retrievers, and a note per skipped optional set."""
+    from factrl.data.sources import load_hub_claims, read_claims
+    from factrl.llm.models import cache_dir
+    from factrl.retrieval.index import Retriever
+
+    sets, skipped = [], []
+    retrievers: dict[str, Any] = {}
+
+    def retriever(spec: EvalSetParams):
+        key = spec.passages or str(index_dir)
+        if key not in retrievers:
+            if spec.passages:
+                retrievers[key] = Retriever(runner.passages_index(spec.passages, cache_dir() / "eval_index"), mode="bm25")
+            else:
+                retrievers[key] = Retriever(index_dir, mode=params.retrieval_mode)
+        return retrievers[key]
+
+    for i, spec in enumerate(params.sets):
+        where = f"params.yaml: evaluate.sets[{i}] ({spec.name})"
+        if bool(spec.path) == bool(spec.hub):
+            raise ValueError(f"{where}: set exactly one of path and hub")
+        missing = [p for p in (spec.path, spec.passages) if p and not Path(p).exists()]
+        if missing:
+            if not spec.optional:
+                raise FileNotFoundError(f"{where}: {missing[0]} does not exist")
+            msg = f"{spec.name}: skipped, {missing[0]} not found"
+            log.info("evaluate: %s", msg)
+            skipped.append(msg)
+            continue
+        claims = read_claims(spec.path) if spec.path else load_hub_claims(spec.hub, spec.split)
+        sets.append(runner.EvalSet(spec.name, claims, retriever(spec)))
+    return sets, skipped
+
+
+def reward_points(train_dir: Path = TRAIN_METRICS) -> list[dict]:
+    """Mean reward per step of every training run under ``train_dir`` (the trainer's metrics.csv
+    rows; agent and round read from the file's path, e.g. reason_r2.csv or search_3/metrics.csv)."""
+    points = []
+    for path in sorted(train_dir.rglob("*.csv")) if train_dir.is_dir() else []:
+        rel = str(path.relative_to(train_dir))
+        m = _TRAIN_FILE.search(rel)
+        if m is None:
+            continue
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                if row.get("step") and row.get("reward_mean"):
+                    points.append({"agent": m.group(1), "round": int(m.group(2)), "step": int(float(row["step"])),
+                                   "reward": float(row["reward_mean"])})
+    return points
+
+
+def main(params_file: str = "params.yaml", *, llm_loader: Callable[[str], Any] | None = None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    params: EvaluateParams = load_section("evaluate", params_file)
+    sets, skipped = load_sets(params)
+    checkpoints = resolve_checkpoints(params)
+    systems = runner.build_systems(params.systems, checkpoints, params.base_model,
+                                   load_llm=llm_loader or runner.load_llm, top_k=params.top_k,
+                                   max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
+    result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
+                             batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
+    notes = [
+        f"eval sets: {', '.join(s.name for s in sets)}" + (f" (skipped: {'; '.join(skipped)})" if skipped else ""),
+        f"sample: up to {params.per_hop or 'all'} claims per hop, balanced labels, seed {params.seed}; "
+        f"bootstrap {params.n_boot} resamples",
+        "HARIS checkpoints: " + ", ".join(f"{n} = {r} / {s}" for n, r, s in checkpoints),
+        f"baselines on {params.base_model}; top-{params.top_k} retrieval ({params.retrieval_mode} over index/, "
+        "BM25 over a set's own passages); "
+        f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
+        f"wall time: {sum(result.seconds.values()):.0f} s",
+    ]
+    written = runner.write_outputs(result, metrics_path=Path("metrics/eval.json"),
+                                   report_path=Path("reports/eval.md"), plots_dir=Path("plots/eval"),
+                                   traces_path=Path("reports/traces.html"), title="Evaluation",
+                                   notes=notes, reward_points=reward_points())
+    for kind, path in written.items():
+        print(f"evaluate: {kind} -> {path}")
+    return {k: str(v) for k, v in written.items()}
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:2])

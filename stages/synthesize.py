@@ -1,0 +1,302 @@
+"""Stage `synthesize@r`: pseudo-labelled questions for round r's search-agent training (HARIS A.4).
+
+    python -m stages.synthesize <round id> [params.yaml]    # one round (DVC: synthesize@<id>)
+    python -m stages.synthesize base_models [params.yaml]   # H_0 / L_0 -> models/{reason,search}_0
+
+Round r reads its claims (segments/<segment>.parquet), runs the reasoning agent H_{prev} (with the
+search agent L_{prev} answering its questions over index/) to collect the questions it asks, keeps
+one question per claim, pairs it with the gold evidence, and has the teacher answer it (Prefect
+fan-out in flows/synthesize.py). Outputs: qa/qa_r<id>.parquet (QA_PAIRS, answered pairs),
+qa/rejected_r<id>.parquet (None answers, teacher failures, claims without a question, with the
+reason) and qa/summary_r<id>.json (rates, tokens, cost, calls).
+
+Rollout questions are checkpointed in the work directory (keyed by everything they depend on),
+so a resumed run asks the teacher exactly the same questions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from factrl.config import RoundParams, SynthesizeParams, TeacherParams, load_section
+from factrl.data import synthesis
+from factrl.data.schemas import CLAIMS, QA_PAIRS, validate
+from factrl.io import write_json, write_parquet
+from factrl.llm.models import cache_dir
+
+RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> questions asked per claim
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+
+
+def find_round(rounds: tuple[RoundParams, ...], round_id: int) -> RoundParams:
+    """The round ``round_id``, after checking the rounds chain (each starts from the one before)."""
+    prev_ids = {0}
+    for i, r in enumerate(rounds):
+        if r.prev not in prev_ids:
+            raise ValueError(f"params.yaml: rounds[{i}] (id {r.id}): prev {r.prev} is not an earlier round")
+        prev_ids.add(r.id)
+    for r in rounds:
+        if r.id == round_id:
+            return r
+    raise ValueError(f"params.yaml: no round with id {round_id} in rounds {[r.id for r in rounds]}")
+
+
+def checkpoint_of(agent: str, round_id: int) -> Path:
+    """Where round ``round_id``'s agent lives: models/reason_<r> or models/search_<r>."""
+    return Path("models") / f"{agent}_{round_id}"
+
+
+def limit_claims(table: pa.Table, n: int) -> pa.Table:
+    """At most ``n`` claims (0 = all), taken round-robin over (label, hops) strata to keep balance."""
+    if n <= 0 or table.num_rows <= n:
+        return table
+    strata: dict = {}
+    for i, key in enumerate(zip(table.column("label").to_pylist(), table.column("num_hops").to_pylist())):
+        strata.setdefault(key, []).append(i)
+    queues = [rows for _, rows in sorted(strata.items(), key=lambda kv: str(kv[0]))]
+    picked: list[int] = []
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop(0))
+    return table.take(sorted(picked))
+
+
+def evidence_passages(passages_file: Path, claims: pa.Table) -> dict[str, str]:
+    """Texts of the passages the claims cite (read with a filter: the corpus may be large)."""
+    ids = {i for row in claims.column("evidence_ids").to_pylist() for i in (row or [])}
+    if not ids or not passages_file.exists():
+        return {}
+    table = pq.read_table(passages_file, columns=["id", "title", "text"], filters=pc.field("id").isin(list(ids)))
+    return {i: (f"{t}: {x}" if t else x) for i, t, x in zip(*(table.column(c).to_pylist() for c in ("id", "title", "text")))}
+
+
+# --------------------------------------------------------------------------------------------
+# rollouts (the reasoning agent's questions)
+# --------------------------------------------------------------------------------------------
+
+
+def haris_rollout_fn(reasoner: str, searcher: str, index_dir: Path, params: SynthesizeParams, mode: str) -> RolloutFn:
+    """``rollout_questions`` over HARIS: H (reasoner) asks, L (searcher) answers over the index.
+
+    Epoch 1 keeps only the first question, so its rollouts stop after one tool call.
+    """
+    from factrl.agents import haris
+    from factrl.llm.local import LocalLLM
+    from factrl.retrieval.index import Retriever
+
+    reason_llm = LocalLLM(reasoner)
+    search_llm = reason_llm if searcher == reasoner else LocalLLM(searcher)
+    retriever = Retriever(str(index_dir), mode=params.retrieval_mode)
+    sampling = {"temperature": params.rollout_temperature, "seed": params.seed,
+                "max_new_tokens": params.rollout_max_tokens}
+    reason_params = haris.default_reasoning_params(**sampling, **({"max_turns": 1} if mode == "first" else {}))
+    agent = haris.Haris(reason_llm, retriever, search_llm=search_llm,
+                        reason_params=reason_params, search_params=haris.default_search_params(**sampling))
+
+    def rollout_questions(claims: list[dict]) -> list[list[str]]:
+        return [list(r.trajectory.queries) for r in agent.verify([c["claim"] for c in claims])]
+
+    return rollout_questions
+
+
+def cached_rollouts(claims: list[dict], rollout_fn: RolloutFn, path: Path) -> list[list[str]]:
+    """Run the rollouts once; a rerun (resume) reads the questions back from ``path``."""
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))["questions"]
+    questions = rollout_fn(claims)
+    if len(questions) != len(claims):
+        raise RuntimeError(f"rollout function returned {len(questions)} rollouts for {len(claims)} claims")
+    write_json({"claim_ids": [c["id"] for c in claims], "questions": questions}, path)
+    return questions
+
+
+# --------------------------------------------------------------------------------------------
+# the teacher
+# --------------------------------------------------------------------------------------------
+
+
+def prompt_hash() -> str:
+    """sha256 of the pseudo-answer prompt: the signature's messages for a fixed probe item."""
+    from factrl.llm import signatures
+
+    probe = {"claim": "C", "label": "SUPPORTS", "evidence": ["E"], "question": "Q"}
+    render = getattr(signatures, "pseudo_qa_messages", None)
+    if render is not None:
+        blob = json.dumps(render(probe), sort_keys=True)
+    else:  # no renderer exposed: the signature module's source determines the prompt
+        import inspect
+
+        blob = inspect.getsource(signatures)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_llm(model: str, bf16: bool = False, timeout: float = 300.0) -> Iterator[str]:
+    """Start ``factrl serve-llm`` on a free loopback port; yield its /v1 base URL; stop it after."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
+           "--port", str(port), "--host", "127.0.0.1"] + (["--bf16"] if bf16 else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
+                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def teacher_llm(params: TeacherParams, concurrency: int = 16) -> Iterator:
+    """The teacher backend named in params (the server one runs only inside the block)."""
+    if params.backend == "local":
+        from factrl.llm.local import LocalLLM
+
+        yield LocalLLM(params.model, bf16=params.bf16)
+        return
+    from factrl.llm.openai_compat import OpenAICompatLLM
+
+    if params.backend == "server":
+        with serve_llm(params.model, params.bf16) as url:
+            yield OpenAICompatLLM(params.model, base_url=url, concurrency=concurrency)
+        return
+    # the key is read from the environment by the client; it is never stored or logged here
+    yield OpenAICompatLLM(params.model, base_url=params.base_url or None, api_key_env=params.api_key_env,
+                          concurrency=concurrency, price_per_mtok=tuple(params.price_per_mtok))
+
+
+# --------------------------------------------------------------------------------------------
+# the round
+# --------------------------------------------------------------------------------------------
+
+
+def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParams, *, rollout_fn: RolloutFn,
+                     teacher, agent_checkpoint: str, passages: dict[str, str], work_dir: Path,
+                     cache_path: Path, answer_fn=None, answer_type=None, p_hash: str | None = None
+                     ) -> tuple[pa.Table, pa.Table, dict]:
+    """Rollouts -> one question per claim -> teacher answers -> ``(qa, rejected, summary)``."""
+    from flows.synthesize import run_teacher
+
+    records = claims.to_pylist()
+    key = hashlib.sha256(json.dumps([agent_checkpoint, rnd.id, params.seed, params.rollout_temperature,
+                                     params.rollout_max_tokens, rnd.questions, [r["id"] for r in records]]).encode())
+    questions_asked = cached_rollouts(records, rollout_fn, work_dir / f"rollouts-{key.hexdigest()[:20]}.json")
+    picked = synthesis.sample_questions([r["id"] for r in records], questions_asked, rnd.questions, params.seed)
+    work, unasked = synthesis.build_items(records, picked, passages)
+    p_hash = p_hash or prompt_hash()
+    if answer_fn is None:
+        import dataclasses
+        import functools
+
+        from factrl.llm import signatures
+
+        answer_fn = functools.partial(signatures.pseudo_answers, params=dataclasses.replace(
+            signatures.PSEUDO_QA_PARAMS, max_tokens=params.teacher.max_tokens))
+        answer_type = signatures.PseudoAnswer
+    answers, usage = run_teacher(
+        [w["item"] for w in work], teacher, prompt_hash=p_hash, cache_path=cache_path,
+        checkpoint_dir=work_dir / "teacher", batch_size=params.batch_size, concurrency=params.concurrency,
+        answer_fn=answer_fn, answer_type=answer_type, signature_retries=params.signature_retries,
+        retries=params.retries)
+    prov = synthesis.Provenance(rnd.id, agent_checkpoint, teacher.model_name, p_hash)
+    qa, rejected, stats = synthesis.assemble(work, answers, unasked, prov)
+    p_in, p_out = params.teacher.price_per_mtok
+    usage["cost_usd"] = (usage["prompt_tokens"] * p_in + usage["completion_tokens"] * p_out) / 1e6
+    summary = {"round": rnd.id, "segment": rnd.segment, "questions_mode": rnd.questions,
+               "agent_checkpoint": agent_checkpoint, "teacher_model": teacher.model_name,
+               "teacher_backend": params.teacher.backend, "prompt_hash": p_hash} | stats | {"usage": usage}
+    return qa, rejected, summary
+
+
+def write_base_models(params: SynthesizeParams) -> None:
+    """H_0 and L_0: Hugging Face checkpoints of the base model (``save_pretrained``), each written
+    beside its target and renamed into place, so a kill never leaves half a checkpoint."""
+    import shutil
+
+    from factrl.llm.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(params.base_model)
+    for agent in ("reason", "search"):
+        target = checkpoint_of(agent, 0)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "factrl_base.json").write_text(json.dumps({"base_model": params.base_model}) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+
+
+def main(round_id: str, params_file: str = "params.yaml", out: Path = Path("qa")) -> dict:
+    params: SynthesizeParams = load_section("synthesize", params_file)
+    if round_id == "base_models":
+        write_base_models(params)
+        return {}
+    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    segment_file = Path("segments") / f"{rnd.segment}.parquet"
+    if not segment_file.exists():
+        raise FileNotFoundError(f"{segment_file}: no such curriculum piece (round {rnd.id} asks for segment "
+                                f"{rnd.segment!r}; check curriculum.segments)")
+    claims = limit_claims(validate(pq.read_table(segment_file), CLAIMS, str(segment_file)), params.max_claims)
+    reasoner, searcher = str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.prev))
+    rollout_fn = haris_rollout_fn(reasoner, searcher, Path("index"), params, rnd.questions)
+    work_dir = cache_dir() / "synthesize" / f"r{rnd.id}"
+    with teacher_llm(params.teacher, concurrency=params.batch_size * params.concurrency) as teacher:
+        qa, rejected, summary = synthesize_round(
+            claims, rnd, params, rollout_fn=rollout_fn, teacher=teacher, agent_checkpoint=reasoner,
+            passages=evidence_passages(Path("data/passages.parquet"), claims), work_dir=work_dir,
+            cache_path=cache_dir() / "llm_cache.sqlite")
+    write_parquet(qa, out / f"qa_r{rnd.id}.parquet", QA_PAIRS)
+    write_parquet(rejected, out / f"rejected_r{rnd.id}.parquet", synthesis.REJECTED)
+    write_json(summary, out / f"summary_r{rnd.id}.json")
+    print(f"synthesize@{rnd.id}: {summary['kept']} pairs kept of {summary['claims']} claims; "
+          f"none_rate={summary['none_rate']:.3f}, teacher errors={summary['teacher_errors']}, "
+          f"teacher calls={summary['usage']['teacher_calls']}")
+    return summary
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,87 @@
+"""Stage `train_reason@r`: GRPO of the reasoning agent on round r's claims, L_r serving searches.
+
+    python -m stages.train_reason <round id> [params.yaml]      # DVC: train_reason@<id>
+
+H_prev (models/reason_<prev>) verifies each claim of segments/<segment>.parquet, asking questions
+that the just-trained search agent L_r (models/search_<id>) answers over index/: in-process by
+default, or behind ``factrl serve-llm`` (params ``train.reasoning.search_backend: server``), as the
+paper serves it. The reward is ``haris_reasoning`` (verdict against the gold label). Outputs:
+models/reason_<id> (Hugging Face format), metrics/train/reason_r<id>.csv (a DVC plot); checkpoints
+in checkpoints/reason_r<id> (DVC ``persist``) for resuming after a kill.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from factrl.config import ReasonTrainParams, load_section
+from factrl.data.schemas import CLAIMS, validate
+from factrl.rl import rounds
+
+
+def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever, params: ReasonTrainParams, *,
+                 state_dir: Path, out_model: Path, metrics_path: Path, search_llm=None, model_tokenizer=None,
+                 on_step=None) -> rounds.RunResult:
+    """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
+    overrides how L_r is run (default: params ``search_backend``)."""
+    items = rounds.select_prompts(rounds.reasoning_items(claims), params.max_prompts, params.seed)
+    retriever_tool = rounds.RetrieverTool(retriever, k=params.top_k)
+    rollout_params = rounds.reasoning_rollout_params(params)
+    served = rounds.served_search_params(params)
+    with (rounds.search_llm_for(search_model, params.search_backend, bf16=params.bf16)
+          if search_llm is None else _given(search_llm)) as llm:
+        tool = rounds.search_agent_tool(llm, retriever_tool, served)
+
+        def make_fns(policy):
+            return rounds.reasoning_rollout_fn(policy, tool, rollout_params), rounds.reasoning_reward_fn()
+
+        return rounds.run_agent_training(
+            agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
+            state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
+            extra_fingerprint={"search_model": rounds.model_digest(search_model)},
+            model_tokenizer=model_tokenizer, on_step=on_step)
+
+
+class _given:
+    """A context manager yielding an LLM the caller already holds."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def __enter__(self):
+        return self.llm
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
+    from factrl.retrieval.index import Retriever
+    from stages.synthesize import checkpoint_of, find_round, limit_claims
+
+    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    params: ReasonTrainParams = load_section("train", params_file).reasoning
+    segment_file = Path("segments") / f"{rnd.segment}.parquet"
+    if not segment_file.exists():
+        raise FileNotFoundError(f"{segment_file}: no such curriculum piece (round {rnd.id} asks for segment "
+                                f"{rnd.segment!r}; check curriculum.segments)")
+    claims = validate(pq.read_table(segment_file), CLAIMS, str(segment_file))
+    if params.max_prompts:  # keep the (label, hops) balance when only a few claims are used
+        claims = limit_claims(claims, params.max_prompts)
+    result = train_reason(
+        claims, str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.id)),
+        Retriever("index", mode=params.retrieval_mode), params,
+        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
+        metrics_path=Path("metrics") / "train" / f"reason_r{rnd.id}.csv")
+    last = result.rows[-1]
+    print(f"train_reason@{rnd.id}: {len(result.rows)} steps, final reward {last['reward_mean']:.3f}"
+          + (" (resumed)" if result.resumed else ""))
+    return result
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,74 @@
+"""Stage `train_search@r`: GRPO of the search agent on round r's pseudo-labelled questions.
+
+    python -m stages.train_search <round id> [params.yaml]      # DVC: train_search@<id>
+
+L_prev (models/search_<prev>) answers each question of qa/qa_r<id>.parquet by searching index/
+(<search> -> top-k passages -> <report>); the reward is ``haris_search`` with the judge named in
+params ``train.search.judge`` (``rule`` by default) comparing the report to the teacher's answer.
+Outputs: models/search_<id> (Hugging Face format), metrics/train/search_r<id>.csv (one row per
+step; a DVC plot). Checkpoints go to checkpoints/search_r<id> (DVC ``persist``), so a killed run
+resumes where its last checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from factrl.config import SearchTrainParams, load_section
+from factrl.data.schemas import QA_PAIRS, validate
+from factrl.rl import rounds
+
+
+def make_judge(params: SearchTrainParams):
+    """The usefulness judge of the reward (``rule`` needs no model; ``llm`` loads ``judge_model``)."""
+    from factrl.llm.signatures import make_judge as build
+
+    if params.judge == "rule":
+        return build("rule", threshold=params.judge_threshold)
+    from factrl.llm.local import LocalLLM
+
+    return build("llm", llm=LocalLLM(params.judge_model))
+
+
+def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
+                 out_model: Path, metrics_path: Path, judge=None, model_tokenizer=None, on_step=None
+                 ) -> rounds.RunResult:
+    """L_prev -> L_r on the answered pairs of ``qa`` (``retriever`` has ``search(queries, k)``)."""
+    items = rounds.select_prompts(rounds.search_items(qa), params.max_prompts, params.seed)
+    judge = judge if judge is not None else make_judge(params)
+    tool = rounds.RetrieverTool(retriever, k=params.top_k)
+    rollout_params = rounds.search_rollout_params(params)
+
+    def make_fns(policy):
+        return rounds.search_rollout_fn(policy, tool, rollout_params), rounds.search_reward_fn(judge)
+
+    return rounds.run_agent_training(
+        agent="search", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
+        state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
+        extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
+
+
+def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
+    from factrl.retrieval.index import Retriever
+    from stages.synthesize import checkpoint_of, find_round
+
+    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    params: SearchTrainParams = load_section("train", params_file).search
+    qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
+    qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
+    result = train_search(
+        qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
+        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
+        metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
+    last = result.rows[-1]
+    print(f"train_search@{rnd.id}: {len(result.rows)} steps, final reward {last['reward_mean']:.3f}"
+          + (" (resumed)" if result.resumed else ""))
+    return result
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

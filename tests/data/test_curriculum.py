@@ -1,0 +1,59 @@
+"""Curriculum pieces: segments balanced by label x hops, M2R stages by hop count, all partitions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from factrl.config import WorldParams
+from factrl.data.curriculum import build_curriculum, counts, split_m2r, split_segments
+from factrl.data.world import generate_claims
+
+
+@pytest.fixture(scope="module")
+def train():
+    return generate_claims(WorldParams(seed=3, num_passages=300, num_claims=90, hops=(2, 3, 4)))
+
+
+def test_segments_partition_and_balance(train):
+    segs = split_segments(train, 3, seed=1)
+    ids = [i for t in segs.values() for i in t.column("id").to_pylist()]
+    assert sorted(ids) == sorted(train.column("id").to_pylist())  # every claim exactly once
+    sizes = [t.num_rows for t in segs.values()]
+    assert max(sizes) - min(sizes) <= 1
+    full = counts(train)
+    for t in segs.values():
+        c = counts(t)
+        for stratum, n in full.items():
+            assert abs(c.get(stratum, 0) - n / 3) <= 1, (stratum, c)
+
+
+def test_segments_seeded(train):
+    a = split_segments(train, 3, seed=1)
+    b = split_segments(train, 3, seed=1)
+    c = split_segments(train, 3, seed=2)
+    assert all(a[k].equals(b[k]) for k in a)
+    assert any(not a[k].equals(c[k]) for k in a)
+
+
+def test_m2r_stage1_has_fewest_hops_and_keeps_labels(train):
+    stages = split_m2r(train, 0.5, seed=1)
+    s1, s2 = stages["m2r_stage1"], stages["m2r_stage2"]
+    assert s1.num_rows + s2.num_rows == train.num_rows
+    for label in ("SUPPORTS", "REFUTES"):
+        h1 = [h for h, l in zip(s1.column("num_hops").to_pylist(), s1.column("label").to_pylist()) if l == label]
+        h2 = [h for h, l in zip(s2.column("num_hops").to_pylist(), s2.column("label").to_pylist()) if l == label]
+        assert max(h1) <= min(h2)  # fewer hops first, within each label
+    l1, l2 = Counter(s1.column("label").to_pylist()), Counter(s2.column("label").to_pylist())
+    assert abs(l1["SUPPORTS"] - l1["REFUTES"]) <= 1 and abs(l2["SUPPORTS"] - l2["REFUTES"]) <= 1
+
+
+def test_build_curriculum_names_and_errors(train):
+    pieces = build_curriculum(train, 2, 0.5, seed=0)
+    assert list(pieces) == ["all", "seg1", "seg2", "m2r_stage1", "m2r_stage2"]
+    assert pieces["all"].num_rows == train.num_rows
+    with pytest.raises(ValueError, match="segments must be at least 1"):
+        split_segments(train, 0, 0)
+    with pytest.raises(ValueError, match="m2r_stage1_fraction"):
+        split_m2r(train, 1.0, 0)

@@ -1,0 +1,114 @@
+"""HARIS rewards (eq. 1 and 3) on crafted responses: 1 / 0.1 / 0 exactly as the paper defines them."""
+
+from __future__ import annotations
+
+import pytest
+
+from factrl.rewards import get_reward
+from factrl.rewards.haris import reasoning_reward, search_rewards
+
+REASONING_OK = (
+    "<think>I need the director's birthplace.</think>"
+    "<question>Where was Christopher Nolan born?</question>"
+    "<result>Christopher Nolan was born in London.</result>"
+    "<think>London matches the claim.</think>"
+    "<verification>The evidence agrees. \\boxed{{{verdict}}}</verification>"
+)
+SEARCH_OK = (
+    "<think>Search the birthplace.</think><search>Christopher Nolan birthplace</search>"
+    "<result>Nolan was born in Westminster, London.</result><report>{report}</report>"
+)
+
+
+class FakeJudge:
+    """Says "useful" when the gold answer appears in the report; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[dict]] = []
+
+    def judge(self, items):
+        self.calls.append(list(items))
+        return [it["answer"].lower() in it["gathered"].lower() for it in items]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "label", "expected"),
+    [
+        ("Support", "SUPPORTS", 1.0),
+        ("Refute", "REFUTES", 1.0),
+        ("Refute", "SUPPORTS", 0.1),
+        ("Support", "REFUTES", 0.1),
+        ("Support", "NOT ENOUGH INFO", 0.1),  # binary task: not supported counts as refuted
+        ("Refute", "NOT ENOUGH INFO", 1.0),
+    ],
+)
+def test_reasoning_reward_valid_format(verdict, label, expected):
+    r = reasoning_reward(REASONING_OK.format(verdict=verdict), label)
+    assert r.format_valid
+    assert r.score == expected
+    assert r.parts["correct"] == (1.0 if expected == 1.0 else 0.0)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "The claim is true. \\boxed{Support}",  # no tags at all
+        "<think>ok</think><verification>I am not sure.</verification>",  # no boxed verdict
+        "<think>ok</think><question>Who?</question><verification>\\boxed{Support}</verification>",  # no result
+        "<think>ok</think><verification>\\boxed{Support}",  # unclosed
+        "<think>ok</think><verification>\\boxed{Support}</verification><think>more</think>",  # not last
+        "",
+    ],
+)
+def test_reasoning_reward_invalid_format_is_zero_even_if_verdict_right(response):
+    r = reasoning_reward(response, "SUPPORTS")
+    assert (r.score, r.format_valid) == (0.0, False)
+
+
+def test_reasoning_reward_rejects_unknown_label():
+    with pytest.raises(ValueError, match="unknown gold label"):
+        reasoning_reward(REASONING_OK.format(verdict="Support"), "MAYBE")
+
+
+def test_search_rewards_one_zero_point_one_zero():
+    judge = FakeJudge()
+    responses = [
+        SEARCH_OK.format(report="Christopher Nolan was born in London, England."),  # useful -> 1
+        SEARCH_OK.format(report="Nolan directed Inception."),  # valid, not useful -> 0.1
+        "Christopher Nolan was born in London.",  # mentions the answer but no tags -> 0
+        "<search>Nolan</search><report>London</report>",  # search without result -> 0
+    ]
+    out = search_rewards(responses, ["Where was Christopher Nolan born?"] * 4, ["London"] * 4, judge)
+    assert [r.score for r in out] == [1.0, 0.1, 0.0, 0.0]
+    assert [r.format_valid for r in out] == [True, True, False, False]
+    assert [r.parts["useful"] for r in out] == [1.0, 0.0, 0.0, 0.0]
+    # one batched judge call, on the two well-formed reports only, with the contract's keys
+    assert len(judge.calls) == 1 and len(judge.calls[0]) == 2
+    assert judge.calls[0][0] == {
+        "question": "Where was Christopher Nolan born?",
+        "answer": "London",
+        "gathered": "Christopher Nolan was born in London, England.",
+    }
+
+
+def test_search_rewards_no_valid_response_skips_the_judge():
+    judge = FakeJudge()
+    out = search_rewards(["no tags here"], ["q"], ["a"], judge)
+    assert out[0].score == 0.0 and judge.calls == []
+
+
+def test_search_rewards_checks_batch_and_judge_sizes():
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        search_rewards(["x", "y"], ["q"], ["a", "b"], FakeJudge())
+
+    class ShortJudge:
+        def judge(self, items):
+            return []
+
+    with pytest.raises(ValueError, match="judge returned 0 verdicts for 1 items"):
+        search_rewards([SEARCH_OK.format(report="r")], ["q"], ["a"], ShortJudge())
+
+
+def test_registered_by_name():
+    assert get_reward("haris_reasoning") is reasoning_reward
+    assert get_reward("haris_search") is search_rewards

@@ -1,0 +1,208 @@
+"""The local GRPO trainer: masked tokens, updates, KL at the start, accumulation, checkpoints, resume."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from factrl.config import GRPOParams
+from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, step_prompts
+from tests.rl.tiny import TINY_CFG, make_rollout_fn, run, tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+TIMING = {"rollout_time", "reward_time", "train_time", "step_time"}
+
+
+@dataclass
+class Traj:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    num_tool_calls: int = 0
+
+
+def _batch(tok):
+    """Two groups of two; responses with injected (mask 0) spans inside and at the end."""
+    p1 = tok("Is the claim true?", add_special_tokens=False)["input_ids"]
+    p2 = tok("Check this", add_special_tokens=False)["input_ids"]
+    return [
+        Traj(p1, [10, 11, 12, 13, 14, 15], [1, 1, 0, 0, 1, 1]),
+        Traj(p1, [20, 21, 22, 23], [1, 1, 1, 0]),
+        Traj(p2, [30, 31, 32, 33, 34, 35, 36, 37], [1, 0, 0, 1, 1, 1, 0, 0]),
+        Traj(p2, [40, 41], [1, 1]),
+    ], [1.0, 0.0, 0.1, 1.0], [0, 0, 1, 1]
+
+
+def _cfg(**kw):
+    return replace(GRPOParams(lr=1e-3, micro_batch_size=4, bf16=False), **kw)
+
+
+def test_masked_tokens_get_zero_gradient(tok, tiny):
+    trajs, rewards, groups = _batch(tok)
+    trainer = GRPOTrainer(tiny, tok, _cfg())
+    captured = []
+
+    def keep(module, args, out):
+        if out.requires_grad:  # the policy's training forward, not a no-grad pass
+            out.retain_grad()
+            captured.append(out)
+
+    tiny.lm_head.register_forward_hook(keep)
+    trainer.step(trajs, rewards, groups)
+    (logits,) = captured  # [B, T + 1, V]: row j predicts response token j; the last row is unused
+    row_norm = logits.grad.float().abs().sum(-1)
+    mask = collate(trajs, torch.zeros(4), trainer.pad_id).mask
+    assert torch.all(row_norm[:, :-1][mask == 0] == 0)
+    assert torch.all(row_norm[:, :-1][mask == 1] > 0)
+    assert torch.all(row_norm[:, -1] == 0)
+
+
+def test_trailing_masked_token_ids_do_not_change_the_update(tok):
+    """Change the ids of injected tokens that end a response: the update is bit-identical."""
+    results = []
+    for swap in (False, True):
+        trajs, rewards, groups = _batch(tok)
+        if swap:
+            trajs[2].response_ids[-2:] = [999, 1234]
+            trajs[1].response_ids[-1] = 4321
+        model = tiny_model(tok)
+        GRPOTrainer(model, tok, _cfg()).step(trajs, rewards, groups)
+        results.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
+
+
+def test_one_step_changes_the_policy_not_the_reference(tok, tiny):
+    trajs, rewards, groups = _batch(tok)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    trainer = GRPOTrainer(tiny, tok, _cfg())
+    metrics = trainer.step(trajs, rewards, groups)
+    changed = [k for k, v in tiny.state_dict().items() if not torch.equal(v, before[k])]
+    assert len(changed) == len(before)  # every tensor moves (AdamW step on a non-zero gradient)
+    assert all(torch.equal(v, before[k]) for k, v in trainer.ref_model.state_dict().items())
+    assert metrics["grad_norm"] > 0 and metrics["updates"] == 1
+    assert not any(p.requires_grad for p in trainer.ref_model.parameters())
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_kl_is_zero_when_policy_equals_reference(tok, tiny, bf16):
+    trajs, rewards, groups = _batch(tok)
+    trainer = GRPOTrainer(tiny, tok, _cfg(bf16=bf16, kl_coef=0.1))
+    first = trainer.step(trajs, rewards, groups)
+    assert first["kl"] == 0.0 and first["ppo_kl"] == 0.0 and first["clipfrac"] == 0.0
+    second = trainer.step(trajs, rewards, groups)
+    assert second["kl"] > 0  # after an update the policy has left the reference
+
+
+def test_gradient_accumulation_matches_one_big_batch(tok):
+    trajs, rewards, groups = _batch(tok)
+    out = []
+    for micro in (1, 4):
+        trainer = GRPOTrainer(tiny_model(tok), tok, _cfg(micro_batch_size=micro, loss_agg="seq-mean-token-mean"))
+        grads = {}
+        # record the accumulated gradients just before AdamW consumes them
+        trainer.optimizer.register_step_pre_hook(
+            lambda opt, *_: grads.update({i: p.grad.clone() for i, p in enumerate(opt.param_groups[0]["params"])})
+        )
+        out.append((trainer.step(trajs, rewards, groups), grads))
+    (m1, g1), (m4, g4) = out
+    assert m1["grad_norm"] == pytest.approx(m4["grad_norm"], rel=1e-4)
+    assert m1["pg_loss"] == pytest.approx(m4["pg_loss"], abs=1e-6)
+    # equal up to float summation order: within 1e-5 of each tensor's largest entry
+    assert all(torch.allclose(g1[i], g4[i], rtol=0, atol=1e-5 * g4[i].abs().max().item()) for i in g1)
+
+
+def test_several_updates_per_batch_use_old_logprobs(tok, tiny):
+    trajs, rewards, groups = _batch(tok)
+    trainer = GRPOTrainer(tiny, tok, _cfg(mini_batch_size=2, micro_batch_size=1, ppo_epochs=2))
+    metrics = trainer.step(trajs, rewards, groups)
+    assert metrics["updates"] == 4
+    assert metrics["ppo_kl"] != 0.0  # later updates see a policy that moved away from the old one
+
+
+def test_checkpoint_is_hugging_face_and_restores_optimizer(tok, tiny, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    trajs, rewards, groups = _batch(tok)
+    trainer = GRPOTrainer(tiny, tok, _cfg())
+    trainer.step(trajs, rewards, groups)
+    path = trainer.save_checkpoint(tmp_path, 1, [{"step": 1}])
+    loaded = AutoModelForCausalLM.from_pretrained(path)
+    assert all(torch.equal(v, tiny.state_dict()[k]) for k, v in loaded.state_dict().items())
+    fresh = GRPOTrainer(tiny_model(tok), tok, _cfg())
+    state = fresh.load_checkpoint(path)
+    assert state["step"] == 1 and state["metrics"] == [{"step": 1}]
+    exp_avg = trainer.optimizer.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(fresh.optimizer.state_dict()["state"][0]["exp_avg"], exp_avg)
+
+
+def test_bad_trajectory_names_the_row(tok, tiny):
+    trainer = GRPOTrainer(tiny, tok, _cfg())
+    bad = [Traj([1, 2], [3, 4, 5], [1, 1])]
+    with pytest.raises(ValueError, match="trajectory 0: loss_mask has 2 entries for 3 response ids"):
+        trainer.step(bad, [1.0], [0])
+
+
+def test_step_prompts_cover_every_prompt_each_epoch():
+    seen = [i for s in range(5) for i in step_prompts(10, 2, seed=1, step=s)]
+    assert sorted(seen) == list(range(10))
+    assert step_prompts(10, 2, seed=1, step=3) == step_prompts(10, 2, seed=1, step=3)
+
+
+def _rows(path):
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(f)]
+
+
+def _weights(out_dir):
+    return load_file(str(checkpoints(Path(out_dir) / "checkpoints")[-1] / "model.safetensors"))
+
+
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
+    straight = tmp_path / "straight"
+    rows = run(str(straight))
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [p.name for p in checkpoints(straight / "checkpoints")] == ["step-000002", "step-000004"]
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "tests.rl.tiny", str(killed)]
+    first = subprocess.run([*cmd, "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == -9, first.stderr[-2000:]  # SIGKILL after step 3, checkpoint at 2
+    assert len(_rows(killed / "metrics.csv")) == 3
+    assert [p.name for p in checkpoints(killed / "checkpoints")] == ["step-000002"]
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+
+    assert _rows(killed / "metrics.csv") == _rows(straight / "metrics.csv")
+    a, b = _weights(straight), _weights(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _weights(straight)["model.embed_tokens.weight"].abs().sum() > 0
+
+
+def test_real_smollm2_one_step():
+    """One GRPO step of the real SmolLM2-135M on its own samples, through the rollout engine."""
+    from factrl.llm.models import load_model_and_tokenizer
+    from tests.rl.tiny import checksum_reward
+
+    model, tok = load_model_and_tokenizer("smollm2-135m")
+    cfg = replace(TINY_CFG, group_size=2, micro_batch_size=4, max_new_tokens=8, lr=1e-5)
+    before = model.model.layers[0].mlp.up_proj.weight.clone()
+    trainer = GRPOTrainer(model, tok, cfg)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+               for q in ("Is Paris in France? Answer briefly.", "Name a colour.")]
+    torch.manual_seed(0)
+    trajs = make_rollout_fn(model, tok, cfg)(prompts, cfg.group_size)
+    rewards = checksum_reward(prompts, trajs)
+    assert rewards[0] != rewards[1] and rewards[2] != rewards[3]
+    metrics = trainer.step(trajs, rewards, [0, 0, 1, 1])
+    assert metrics["kl"] == 0.0 and metrics["grad_norm"] > 0 and metrics["response_length"] > 0
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert not torch.equal(before, model.model.layers[0].mlp.up_proj.weight)

@@ -1,0 +1,76 @@
+"""A tiny random Llama with the SmolLM2 tokenizer, and a complete GRPO run on it.
+
+Used by the trainer tests in-process and, for the kill/resume test, as a script:
+``python -m tests.rl.tiny OUT_DIR [KILL_AFTER_STEP]`` trains and, when asked, SIGKILLs itself
+right after that step (before any checkpoint of it), as a crash would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import replace
+
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from factrl.agents.rollout import RolloutParams, run_rollouts
+from factrl.config import GRPOParams
+from factrl.llm.local import LocalLLM
+from factrl.llm.models import resolve_model_path
+from factrl.rl.trainer import GRPOTrainer, train
+
+TINY_CFG = GRPOParams(
+    group_size=2, prompts_per_step=2, steps=4, lr=1e-3, micro_batch_size=2, max_new_tokens=6,
+    checkpoint_every=2, keep_checkpoints=2, seed=3, bf16=True,
+)
+PROMPTS = ["The capital of France is", "Verify: water boils at 100 C.", "Two plus two", "Hello"]
+
+
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+
+
+def tiny_model(tok, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def checksum_reward(items, trajectories) -> list[float]:
+    """A number in [0, 1) that differs between almost any two samples (a checksum of the token ids),
+    so groups have non-zero advantages; it rewards nothing meaningful, the tests check mechanics."""
+    return [(sum(t.response_ids) % 101) / 101 for t in trajectories]
+
+
+def make_rollout_fn(model, tok, cfg: GRPOParams):
+    llm = LocalLLM(model_obj=model, tokenizer=tok, bf16=cfg.bf16)
+    params = RolloutParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+
+    def rollout(items, n):
+        prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in items]
+        return run_rollouts(llm, prompts, None, params, n=n)
+
+    return rollout
+
+
+def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG) -> list[dict]:
+    tok = tokenizer()
+    model = tiny_model(tok)
+    trainer = GRPOTrainer(model, tok, cfg)
+
+    def on_step(row):
+        if kill_after is not None and row["step"] == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return train(trainer, PROMPTS, make_rollout_fn(model, tok, cfg), checksum_reward, out_dir, on_step=on_step)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None, replace(TINY_CFG))

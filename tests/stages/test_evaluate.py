@@ -1,0 +1,284 @@
+"""Stage `evaluate` and `factrl evaluate`: metrics, the Table 1 report, plots and traces get written;
+an edit to an `evaluate` param reruns only that stage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from factrl.config import load_section
+from factrl.eval import runner
+from tests.eval.test_runner import ScriptedLLM
+from tests.pipeline_repo import edit_params, make_pipeline_repo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # stages/ lives at the repository root
+from stages import evaluate as stage  # noqa: E402
+
+TINY_WORLD = {"source": "world", "world": {"num_passages": 100, "num_claims": 60, "seed": 3}}
+
+
+def _write_params(path: Path, evaluate: dict) -> None:
+    path.write_text(yaml.safe_dump({"prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64},
+                                    "evaluate": evaluate}))
+
+
+@pytest.fixture
+def tiny_world(tmp_path, monkeypatch, repo_root):
+    """A prepared demo world and its BM25 index (no embedding: seconds) in a scratch directory."""
+    from factrl.retrieval.index import build_index
+    from stages import prepare as prepare_stage
+
+    monkeypatch.chdir(tmp_path)
+    _write_params(tmp_path / "params.yaml", {})
+    prepare_stage.main("params.yaml")
+    build_index(tmp_path / "data" / "passages.parquet", tmp_path / "index", embedder=None, bm25=True)
+    return tmp_path
+
+
+def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
+    evaluate = {
+        "sets": [{"name": "demo", "path": "data/claims/eval.parquet"},
+                 {"name": "hover_2hop", "path": str(shared_data / "haris_eval" / "hover_2hop.jsonl"),
+                  "passages": str(shared_data / "haris_eval" / "passages.jsonl"), "optional": True},
+                 {"name": "checkwhy", "path": "absent/checkwhy.jsonl", "optional": True}],
+        "per_hop": 4, "retrieval_mode": "bm25", "n_boot": 100, "trace_claims": 2,  # all four systems
+    }
+    _write_params(tiny_world / "params.yaml", evaluate)
+    train = tiny_world / "metrics" / "train"
+    train.mkdir(parents=True)
+    (train / "reason_r1.csv").write_text("step,reward_mean,loss\n1,0.2,0.5\n2,0.4,0.4\n")
+    out = stage.main("params.yaml", llm_loader=lambda spec: ScriptedLLM())
+
+    metrics = json.loads((tiny_world / "metrics" / "eval.json").read_text())
+    assert set(metrics) == {"demo", "hover_2hop"}  # the missing optional set is skipped
+    assert set(metrics["demo"]) == {"2hop", "3hop", "4hop"}
+    cell = metrics["demo"]["2hop"]["HARIS (base)"]
+    assert cell["n"] == 4 and 0.0 <= cell["accuracy"] <= 1.0 and cell["avg_questions"] == 1.0
+    assert metrics["hover_2hop"]["2hop"]["HARIS (base)"]["n"] == 4
+
+    md = (tiny_world / "reports" / "eval.md").read_text()
+    assert "checkwhy: skipped, absent/checkwhy.jsonl not found" in md
+    # hover_2hop fills the Table 1 row; the demo world goes to the other-datasets table
+    row = next(line for line in md.splitlines() if line.startswith("| HARIS (base) | "))
+    assert row.split("|")[2].strip() != "–"
+    assert "demo 2-hop Acc" in md and "HARIS (paper) | 69.31" in md
+    assert "![accuracy](../plots/eval/accuracy.png)" in md and "reward_curves" in md
+    for name in ("accuracy.png", "reward_curves.png"):
+        assert (tiny_world / "plots" / "eval" / name).read_bytes()[:4] == b"\x89PNG"
+    html = (tiny_world / "reports" / "traces.html").read_text()
+    # 2 sets x 2 claims x (HARIS reasoning + search, single agent, RAG, Decompose-Then-Verify)
+    assert html.count('<section class="rollout') == 2 * 2 * 5
+    for system in ("Single agent", "RAG", "Decomp-Verify"):
+        assert metrics["demo"]["3hop"][system]["n"] == 4
+    assert set(out) == {"metrics", "accuracy_plot", "reward_plot", "report", "traces"}
+
+
+def test_reward_points_from_training_metrics(tmp_path):
+    (tmp_path / "search_2").mkdir()
+    (tmp_path / "search_2" / "metrics.csv").write_text("step,reward_mean\n1,0.1\n2,0.3\n")
+    (tmp_path / "reason_r1.csv").write_text("step,reward_mean\n1,0.5\n")
+    (tmp_path / "notes.csv").write_text("step,reward_mean\n1,9\n")  # no agent in the name: ignored
+    points = stage.reward_points(tmp_path)
+    assert points == [{"agent": "reason", "round": 1, "step": 1, "reward": 0.5},
+                      {"agent": "search", "round": 2, "step": 1, "reward": 0.1},
+                      {"agent": "search", "round": 2, "step": 2, "reward": 0.3}]
+    assert stage.reward_points(tmp_path / "absent") == []
+
+
+def test_checkpoints_resolve(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": []}}))
+    # nothing on disk: the base model
+    assert stage.resolve_checkpoints(load_section("evaluate", params)) == [("HARIS (base)", "smollm2-135m", "smollm2-135m")]
+    for name in ("reason_0", "search_0", "reason_1", "search_1", "reason_2"):  # round 2 lacks its search agent
+        (tmp_path / "models" / name).mkdir(parents=True)
+    assert stage.resolve_checkpoints(load_section("evaluate", params)) == [
+        ("HARIS r1", str(Path("models/reason_1")), str(Path("models/search_1")))]
+    params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [
+        {"name": "HARIS r4", "reason": "models/reason_4", "search": "models/search_4"}]}}))
+    with pytest.raises(FileNotFoundError, match=r"evaluate.checkpoints\[0\].reason: models/reason_4 does not exist"):
+        stage.resolve_checkpoints(load_section("evaluate", params))
+
+
+def test_sets_are_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "nope.jsonl"}]}}))
+    with pytest.raises(FileNotFoundError, match=r"evaluate.sets\[0\] \(x\): nope.jsonl does not exist"):
+        stage.load_sets(load_section("evaluate", params))
+    params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "a.jsonl", "hub": "hover"}]}}))
+    with pytest.raises(ValueError, match="exactly one of path and hub"):
+        stage.load_sets(load_section("evaluate", params))
+
+
+def test_dvc_deps_list_every_model_checkpoint(repo_root):
+    """A model directory evaluated but not listed as a dependency would not rerun the evaluation."""
+    params = load_section("evaluate", repo_root / "params.yaml")
+    deps = yaml.safe_load((repo_root / "dvc.yaml").read_text())["stages"]["evaluate"]["deps"]
+    for c in params.checkpoints:
+        for spec in (c.reason, c.search):
+            if "/" in spec:
+                assert spec in deps, f"dvc.yaml: evaluate must depend on {spec} (params evaluate.checkpoints)"
+    assert "data/claims" in deps and "index" in deps
+
+
+# --------------------------------------------------------------------------------------------
+# DVC: only `evaluate` reruns after an edit of its params (real SmolLM2, tiny budget)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dvc_repo(tmp_path, repo_root, monkeypatch):
+    evaluate = {"sets": [{"name": "demo", "path": "data/claims/eval.parquet"},
+                         {"name": "hover_2hop", "path": "../shared/data/haris_eval/hover_2hop.jsonl",
+                          "optional": True}],
+                "per_hop": 2, "systems": ["haris"], "max_new_tokens": 8, "max_turns": 1, "n_boot": 100,
+                "retrieval_mode": "bm25", "trace_claims": 1}
+    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {
+        "prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64}, "evaluate": evaluate})
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def _reproduce(repo, target: str) -> list[str]:
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc:
+        return [stage.addressing for stage in dvc.reproduce(target)]
+
+
+@pytest.mark.slow
+def test_evaluate_param_edit_reruns_only_evaluate(dvc_repo):
+    assert _reproduce(dvc_repo, "evaluate") == ["prepare", "index", "evaluate"]
+    metrics = json.loads((dvc_repo / "metrics" / "eval.json").read_text())
+    assert set(metrics) == {"demo"}  # ../shared is not beside the scratch repo: the optional set is skipped
+    assert (dvc_repo / "reports" / "eval.md").exists() and (dvc_repo / "plots" / "eval" / "accuracy.png").exists()
+    edit_params(dvc_repo, {"evaluate": {"seed": 5}})
+    assert _reproduce(dvc_repo, "evaluate") == ["evaluate"]
+    edit_params(dvc_repo, {"curriculum": {"seed": 99}})  # another stage's params
+    assert _reproduce(dvc_repo, "evaluate") == []
+
+
+# --------------------------------------------------------------------------------------------
+# factrl evaluate on a 20-claim sample of ../shared/data/haris_eval
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def claims_sample(tmp_path, shared_data) -> Path:
+    """20 HOVER 2-hop claims, 10 per label."""
+    lines = (shared_data / "haris_eval" / "hover_2hop.jsonl").read_text(encoding="utf-8").splitlines()
+    picked = {"SUPPORTS": [], "REFUTES": []}
+    for line in lines:
+        rec = json.loads(line)
+        if len(picked[rec["label"]]) < 10:
+            picked[rec["label"]].append(line)
+    path = tmp_path / "hover_2hop_sample.jsonl"
+    path.write_text("\n".join(picked["SUPPORTS"] + picked["REFUTES"]) + "\n", encoding="utf-8")
+    return path
+
+
+def _check_cli_outputs(out: Path, system: str, n: int) -> dict:
+    metrics = json.loads((out / "metrics.json").read_text())
+    cell = metrics["hover_2hop_sample"]["2hop"][system]
+    assert cell["n"] == n and 0.0 <= cell["accuracy"] <= 1.0
+    md = (out / "eval.md").read_text()
+    assert md.startswith("# Evaluation: hover_2hop_sample") and f"| {system} |" in md
+    assert (out / "plots" / "accuracy.png").exists() and (out / "traces.html").exists()
+    assert (out / "index" / "manifest.json").exists()
+    return metrics
+
+
+def test_cli_on_haris_eval_sample_with_scripted_llm(tmp_path, claims_sample, shared_data):
+    out = tmp_path / "out"
+    loaded = []
+    argv = ["--claims", str(claims_sample), "--passages", str(shared_data / "haris_eval" / "passages.jsonl"),
+            "--out", str(out), "--per-hop", "20", "--n-boot", "200"]  # every system
+    assert runner.main(argv, llm_loader=lambda spec: loaded.append(spec) or ScriptedLLM()) == 0
+    assert loaded == ["smollm2-135m"]  # one engine shared by HARIS and the baselines
+    metrics = _check_cli_outputs(out, "HARIS (smollm2-135m)", 20)
+    # the scripted model supports every claim without a marker: half right on a balanced sample
+    for system in ("HARIS (smollm2-135m)", "Single agent", "RAG", "Decomp-Verify"):
+        assert metrics["hover_2hop_sample"]["2hop"][system]["accuracy"] == 0.5
+
+
+def test_cli_help_names_the_bm25_default():
+    proc = subprocess.run([sys.executable, "-m", "factrl.cli", "evaluate", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "--claims" in proc.stdout and "BM25 only" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_on_haris_eval_sample_with_smollm2(tmp_path, claims_sample, shared_data, repo_root):
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "factrl.cli", "evaluate", "--claims", str(claims_sample),
+         "--passages", str(shared_data / "haris_eval" / "passages.jsonl"), "--out", str(out),
+         "--systems", "haris", "rag", "--per-hop", "20", "--max-new-tokens", "24", "--max-turns", "1"],
+        capture_output=True, text=True, cwd=repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = _check_cli_outputs(out, "HARIS (smollm2-135m)", 20)
+    assert metrics["hover_2hop_sample"]["2hop"]["RAG"]["n"] == 20
+    print(f"factrl evaluate, 20 claims, SmolLM2: {time.perf_counter() - started:.1f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# Prefect: the pipeline run publishes the eval metrics (markdown section + table artifact)
+# --------------------------------------------------------------------------------------------
+
+
+def test_eval_table_for_the_pipeline_artifacts(tmp_path):
+    from flows import pipeline
+
+    assert pipeline._eval_table(tmp_path / "eval.json") == []  # evaluate has not run
+    rows = [{"dataset": "checkwhy", "system": "HARIS r1", "num_hops": None, "metric": "accuracy", "value": 0.608,
+             "ci_low": 0.5, "ci_high": 0.7, "n": 250}]
+    (tmp_path / "eval.json").write_text(json.dumps(runner.nested_metrics(rows)))
+    assert pipeline._eval_table(tmp_path / "eval.json") == [
+        {"dataset": "checkwhy", "hops": "all", "system": "HARIS r1", "accuracy": 60.8, "accuracy_ci95": "[50.0, 70.0]",
+         "f1_weighted": "", "n": 250, "avg_questions": 0.0, "avg_searches": 0.0}]
+
+
+@pytest.mark.slow
+def test_pipeline_run_publishes_eval_table(tmp_path, repo_root):
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows import pipeline
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    rows = [{"dataset": "demo", "system": "RAG", "num_hops": 2, "metric": m, "value": v, "ci_low": v - 0.1,
+             "ci_high": v + 0.1, "n": 20} for m, v in (("accuracy", 0.55), ("f1_weighted", 0.5), ("avg_searches", 1.0))]
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps(runner.nested_metrics(rows)))
+
+    @flow
+    def publish():
+        pipeline._publish_metrics(str(tmp_path), {"evaluate": True})
+
+    async def artifacts():
+        async with get_client() as client:
+            return {a.key: a for a in await client.read_artifacts()}
+
+    import asyncio
+
+    with prefect_test_harness(server_startup_timeout=180):  # a loaded machine starts it slowly
+        publish()
+        found = asyncio.run(artifacts())
+    table = found["factrl-eval"].data
+    table = json.loads(table) if isinstance(table, str) else table
+    assert table == [{"dataset": "demo", "hops": "2hop", "system": "RAG", "accuracy": 55.0,
+                      "accuracy_ci95": "[45.0, 65.0]", "f1_weighted": 50.0, "n": 20, "avg_questions": 0.0,
+                      "avg_searches": 1.0}]
+    md = found["factrl-pipeline-run"].data
+    assert "## Evaluation (metrics/eval.json)" in md and "| demo | 2hop | RAG | 55.0 |" in md

@@ -1,0 +1,225 @@
+"""Stages `train_search` and `train_reason`: each stage's pure function on a tiny demo world with
+SmolLM2 (short generations, two steps), the state directory's resume-or-restart rule, and a killed
+training run resumed to the same result as an uninterrupted one (tiny random Llama, subprocess).
+
+Run as a script (``python -m tests.stages.test_train OUT KILL_AFTER``) it trains the search agent of
+the tiny world with a tiny random policy and SIGKILLs itself after step KILL_AFTER, as a crash would.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from factrl.config import ReasonTrainParams, SearchTrainParams, WorldParams
+from factrl.rl import rounds
+
+REPO = Path(__file__).resolve().parents[2]
+SHORT = dict(group_size=2, prompts_per_step=2, steps=2, lr=5e-5, micro_batch_size=4, max_new_tokens=16,
+             checkpoint_every=1, keep_checkpoints=1, max_turns=1, max_context_tokens=1024,
+             max_tool_response_tokens=64, retrieval_mode="bm25", bf16=True, seed=1)
+
+
+def tiny_world(root: Path) -> tuple[pa.Table, Path]:
+    """(claims, BM25 index dir) of a 100-passage demo world."""
+    from factrl.data.world import write_world
+    from factrl.retrieval.index import build_index
+
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "index" / "manifest.json").exists():
+        write_world(WorldParams(seed=3, num_passages=100, num_claims=8, hops=(2,)), root / "p.parquet",
+                    root / "c.parquet")
+        build_index(root / "p.parquet", root / "index", embedder=None)
+    return pq.read_table(root / "c.parquet"), root / "index"
+
+
+def qa_table(claims: pa.Table) -> pa.Table:
+    """qa pairs as synthesis writes them: the first hop's question, its gold answer as the answer."""
+    rows = []
+    for c in claims.to_pylist():
+        hop = c["hops"][0]
+        rows.append({"id": f"{c['id']}-q0", "claim_id": c["id"], "claim": c["claim"], "label": c["label"],
+                     "question": hop["question"], "evidence": c["evidence"], "rationale": None,
+                     "answer": hop["answer"], "gold_answer": hop["answer"], "round": 1,
+                     "agent_checkpoint": "models/reason_0", "teacher_model": "gold", "prompt_hash": "h"})
+    return pa.Table.from_pylist(rows)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return tiny_world(tmp_path_factory.mktemp("train_world"))
+
+
+@pytest.fixture(scope="module")
+def retriever(world):
+    from factrl.retrieval.index import Retriever
+
+    return Retriever(world[1], mode="bm25")
+
+
+def _weights_changed(before: dict, model) -> bool:
+    after = model.state_dict()
+    return any(not before[k].equal(after[k]) for k in before)
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_search_and_reason_on_tiny_world(world, retriever, tmp_path):
+    """Both agents train for two real GRPO steps: weights move, HF checkpoints and per-step metrics
+    are written, checkpoints are dropped at the end; the reasoning agent's questions reach L_r."""
+    from factrl.llm.local import LocalLLM
+    from factrl.llm.models import load_model_and_tokenizer
+    from stages.train_reason import train_reason
+    from stages.train_search import train_search
+
+    claims, _ = world
+    model, tok = load_model_and_tokenizer("smollm2-135m")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sp = SearchTrainParams(**SHORT)
+    res = train_search(qa_table(claims), "smollm2-135m", retriever, sp, state_dir=tmp_path / "ck_s",
+                       out_model=tmp_path / "models" / "search_1", metrics_path=tmp_path / "m" / "search_r1.csv",
+                       model_tokenizer=(model, tok))
+    assert [r["step"] for r in res.rows] == [1, 2] and not res.resumed
+    assert _weights_changed(before, model)
+    out = tmp_path / "models" / "search_1"
+    assert (out / "config.json").exists() and (out / "model.safetensors").exists()
+    assert (out / "tokenizer.json").exists() and (out / "factrl_train.json").exists()
+    rows = _read_csv(tmp_path / "m" / "search_r1.csv")
+    assert len(rows) == 2 and {"reward_mean", "format_valid_rate", "kl", "tool_calls"} <= set(rows[0])
+    assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
+    assert not (tmp_path / "ck_s" / "checkpoints").exists()
+
+    # the reasoning agent, served by the just-written search agent (in-process, shared LocalLLM)
+    search_llm = LocalLLM(str(out), bf16=True)
+    calls = []
+    original = search_llm.complete_tokens
+
+    def counting(prompts, params):
+        calls.append(len(prompts))
+        return original(prompts, params)
+
+    search_llm.complete_tokens = counting
+    model2, tok2 = load_model_and_tokenizer("smollm2-135m")
+    before2 = {k: v.clone() for k, v in model2.state_dict().items()}
+    rp = ReasonTrainParams(**SHORT, search_max_turns=1, search_max_new_tokens=12)
+    res = train_reason(claims, "smollm2-135m", str(out), retriever, rp, state_dir=tmp_path / "ck_r",
+                       out_model=tmp_path / "models" / "reason_1", metrics_path=tmp_path / "m" / "reason_r1.csv",
+                       search_llm=search_llm, model_tokenizer=(model2, tok2))
+    assert len(res.rows) == 2 and _weights_changed(before2, model2)
+    assert (tmp_path / "models" / "reason_1" / "model.safetensors").exists()
+    rows = _read_csv(tmp_path / "m" / "reason_r1.csv")
+    assert len(rows) == 2
+    # tool_calls > 0 means the search agent ran; with max_turns 1 at most one question per rollout
+    asked = [float(r["tool_calls"]) for r in rows]
+    assert all(0.0 <= a <= 1.0 for a in asked)
+    assert (sum(asked) > 0) == bool(calls)
+
+
+def test_reward_functions_score_by_name():
+    """The reward functions the stages build score well-formed, correct responses 1.0, wrong ones 0.1,
+    malformed ones 0, from the registered rewards."""
+    from factrl.llm.signatures import make_judge
+
+    @dataclasses.dataclass
+    class T:
+        response_text: str
+
+    reason = rounds.reasoning_reward_fn()
+    items = [{"label": "SUPPORTS"}, {"label": "REFUTES"}, {"label": "SUPPORTS"}]
+    out = reason(items, [T("<think>x</think><verification>\\boxed{Support}</verification>"),
+                         T("<think>x</think><verification>\\boxed{Support}</verification>"),
+                         T("no tags at all")])
+    assert [r.score for r in out] == [1.0, 0.1, 0.0]
+    search = rounds.search_reward_fn(make_judge("rule", threshold=0.8))
+    items = [{"question": "Who founded Orlen?", "answer": "Ilse Parrow"}] * 3
+    out = search(items, [T("<think>a</think><search>Orlen</search><result>r</result><report>Ilse Parrow founded it.</report>"),
+                         T("<think>a</think><search>Orlen</search><result>r</result><report>Nobody knows.</report>"),
+                         T("<report>")])
+    assert [r.score for r in out] == [1.0, 0.1, 0.0]
+
+
+def test_select_prompts_is_seeded_and_capped():
+    items = [{"id": str(i)} for i in range(10)]
+    a = rounds.select_prompts(items, 4, seed=3)
+    assert len(a) == 4 and a == rounds.select_prompts(items, 4, seed=3)
+    assert a != rounds.select_prompts(items, 4, seed=4)
+    assert sorted(x["id"] for x in rounds.select_prompts(items, 0, seed=3)) == sorted(x["id"] for x in items)
+
+
+def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
+    state = tmp_path / "state"
+    assert rounds.prepare_state_dir(state, "a") is False
+    (state / "checkpoints" / "step-000001").mkdir(parents=True)
+    assert rounds.prepare_state_dir(state, "a") is True  # same inputs: resume
+    assert rounds.prepare_state_dir(state, "b") is False  # e.g. a new lr: start over
+    assert not (state / "checkpoints").exists()
+    cfg = SearchTrainParams(**SHORT)
+    items = [{"id": "1", "question": "q", "answer": "a"}]
+    assert rounds.fingerprint(cfg, "x", items) == rounds.fingerprint(cfg, "x", items)
+    assert rounds.fingerprint(cfg, "x", items) != rounds.fingerprint(dataclasses.replace(cfg, lr=1e-6), "x", items)
+
+
+# --------------------------------------------------------------------------------------------
+# resume after a kill: a tiny random policy, so three runs take seconds
+# --------------------------------------------------------------------------------------------
+
+TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
+
+
+def _tiny_run(out: Path, kill_after: int | None) -> rounds.RunResult:
+    from factrl.retrieval.index import Retriever
+    from stages.train_search import train_search
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    claims, index = tiny_world(out.parent / "world")
+    tok = tokenizer()
+    model = tiny_model(tok)
+
+    def on_step(row):
+        if kill_after is not None and row["step"] == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return train_search(qa_table(claims), "tiny-random", Retriever(index, mode="bm25"), SearchTrainParams(**TINY),
+                        state_dir=out / "ck", out_model=out / "model", metrics_path=out / "metrics.csv",
+                        model_tokenizer=(model, tok), on_step=on_step)
+
+
+def test_killed_training_resumes_to_the_uninterrupted_result(tmp_path):
+    from safetensors.torch import load_file
+
+    def run(name: str, kill_after: int | None) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "tests.stages.test_train", str(tmp_path / name)]
+        args += [str(kill_after)] if kill_after is not None else []
+        return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+    ref = run("ref", None)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    killed = run("run", 2)
+    assert killed.returncode == -signal.SIGKILL
+    assert (tmp_path / "run" / "ck" / "checkpoints" / "step-000002").exists()
+    assert not (tmp_path / "run" / "model").exists()
+    resumed = run("run", None)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed" in resumed.stdout
+    a, b = load_file(tmp_path / "ref" / "model" / "model.safetensors"), load_file(tmp_path / "run" / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    drop = {"rollout_time", "reward_time", "train_time", "step_time"}
+    strip = [{k: v for k, v in r.items() if k not in drop} for r in _read_csv(tmp_path / "ref" / "metrics.csv")]
+    assert strip == [{k: v for k, v in r.items() if k not in drop} for r in _read_csv(tmp_path / "run" / "metrics.csv")]
+
+
+if __name__ == "__main__":
+    result = _tiny_run(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    print("resumed" if result.resumed else "fresh", len(result.rows))
