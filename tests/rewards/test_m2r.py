@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from factrl.rewards.m2r import ALPHA, BETA, extract_boxed, m2r_reward
-from factrl.rewards.text import token_f1
+from factrl.text import token_f1
 
 
 def test_token_f1_squad_style():

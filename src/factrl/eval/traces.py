@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path

@@ -29,12 +29,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from factrl.llm.base import Message, SamplingParams
+from factrl.text import normalize_answer, token_f1
 
 T = TypeVar("T")
 
@@ -412,24 +412,6 @@ class LLMJudge:
 
     def judge(self, items: Sequence[dict]) -> list[bool]:
         return [bool(r.useful) for r in self.assess(items)]
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD answer normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """SQuAD token F1 between two strings after :func:`normalize_answer`."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
-    common = sum((collections.Counter(pred) & collections.Counter(ref)).values())
-    if not pred or not ref or common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
 
 
 def containment(gathered: str, answer: str) -> float:

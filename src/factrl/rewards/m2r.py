@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from factrl.rewards.registry import RewardResult, register
-from factrl.rewards.text import max_token_f1
+from factrl.text import max_token_f1
 
 FORMAT_REWARD = 0.1
 ALPHA = 1 / 3

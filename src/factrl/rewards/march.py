@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from factrl.rewards.registry import RewardResult, register
-from factrl.rewards.text import normalize_answer
+from factrl.text import normalize_answer
 
 
 def majority_answer(samples: Sequence[str]) -> str | None:

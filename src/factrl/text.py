@@ -1,4 +1,4 @@
-"""Answer normalisation and token-level F1 (SQuAD style), shared by the rule-based rewards."""
+"""Answer normalisation and token-level F1 (SQuAD style), shared by the rule-based rewards and the rule judge."""
 
 from __future__ import annotations
 
