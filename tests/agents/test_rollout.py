@@ -165,6 +165,7 @@ def test_to_row_matches_schema(script_llm):
     assert table.num_rows == 1 and table.column("num_tool_calls")[0].as_py() == 2
 
 
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_real_smollm2_rollout_mask(local_llm, demo_retriever, tokenizer):
     """Real generations from SmolLM2 with real retrieval: masks still decode to the turns."""
     from factrl.agents.haris import search_messages

@@ -37,7 +37,7 @@ def fault_app(state):
             if kind == 1:
                 return JSONResponse({"error": {"message": "boom"}}, 500)
             if kind == 2:
-                await asyncio.sleep(3)  # past the client's timeout
+                await asyncio.sleep(8)  # past the client's timeout
             if kind == 3:
                 return Response("{not json", media_type="application/json")
         choices = [
@@ -64,7 +64,7 @@ def test_200_calls_through_faults(fault_server, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     client = OpenAICompatLLM(
         "fake-model", base_url=url, api_key_env="FACTRL_TEST_KEY", concurrency=32,
-        timeout=1.0, backoff_base=0.05, price_per_mtok=(1.0, 2.0),
+        timeout=3.0, backoff_base=0.05, price_per_mtok=(1.0, 2.0),
     )
     llm = CachedLLM(client, DiskCache(tmp_path / "cache.sqlite"))
     convs = [[{"role": "user", "content": f"item {i}"}] for i in range(200)]

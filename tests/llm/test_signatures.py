@@ -227,6 +227,7 @@ def _well_typed(result, value_ok):
     assert isinstance(result.raw, str)
 
 
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_pseudo_answers_smollm2(local_llm):
     out = pseudo_answers(local_llm, [qa_item("Who wrote Dracula?")], retries=1,
                          params=SamplingParams(max_tokens=40, seed=0))
@@ -246,6 +247,7 @@ def test_verify_claims_smollm2(local_llm):
     assert any(r.ok for r in out)
 
 
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_llm_judge_smollm2(local_llm):
     judge = LLMJudge(local_llm, retries=1, params=SamplingParams(max_tokens=12, seed=0))
     items = [

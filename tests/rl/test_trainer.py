@@ -187,6 +187,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     assert _weights(straight)["model.embed_tokens.weight"].abs().sum() > 0
 
 
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_real_smollm2_one_step():
     """One GRPO step of the real SmolLM2-135M on its own samples, through the rollout engine."""
     from factrl.llm.models import load_model_and_tokenizer
