@@ -7,6 +7,7 @@
     factrl verify "CLAIM" [...]         HARIS on one claim, trace printed (factrl.agents.haris)
     factrl traces ROLLOUTS.parquet -o traces.html   a static page to browse rollouts (factrl.eval.traces)
     factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
+    factrl profile tiny|long|paper      merge profiles/<name>.yaml into params.yaml (factrl.profiles)
 
 Sub-commands import their module lazily, so `factrl --help` stays fast.
 """
@@ -27,6 +28,7 @@ COMMANDS = {
     "traces": ("factrl.eval.traces", "write a static HTML page to browse rollouts (TRAJECTORIES parquet)"),
     "evaluate": ("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
     "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
+    "profile": ("factrl.profiles", "apply a params profile from profiles/ (tiny, long, paper) to params.yaml"),
 }
 
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         # the command is run from there, as `dvc repro` is.
         sys.path.insert(0, ".")
     module = importlib.import_module(COMMANDS[args.command][0])
-    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify"}:
+    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile"}:
         return module.main(argv[1:]) or 0
     module.main(*argv[1:2])
     return 0

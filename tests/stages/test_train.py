@@ -76,55 +76,73 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_train_search_and_reason_on_tiny_world(world, retriever, tmp_path):
-    """Both agents train for two real GRPO steps: weights move, HF checkpoints and per-step metrics
-    are written, checkpoints are dropped at the end; the reasoning agent's questions reach L_r."""
+def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
+    """Both agents train for ``steps`` real GRPO steps: weights move, HF checkpoints and per-step
+    metrics are written, checkpoints are dropped at the end; the reasoning agent's questions are
+    answered by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
-    from factrl.llm.models import load_model_and_tokenizer
     from stages.train_reason import train_reason
     from stages.train_search import train_search
 
     claims, _ = world
-    model, tok = load_model_and_tokenizer("smollm2-135m")
+    params = dict(SHORT, steps=steps)
+    model, tok = load()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    sp = SearchTrainParams(**SHORT)
-    res = train_search(qa_table(claims), "smollm2-135m", retriever, sp, state_dir=tmp_path / "ck_s",
-                       out_model=tmp_path / "models" / "search_1", metrics_path=tmp_path / "m" / "search_r1.csv",
-                       model_tokenizer=(model, tok))
-    assert [r["step"] for r in res.rows] == [1, 2] and not res.resumed
+    res = train_search(qa_table(claims), "init", retriever, SearchTrainParams(**params),
+                       state_dir=tmp_path / "ck_s", out_model=tmp_path / "models" / "search_1",
+                       metrics_path=tmp_path / "m" / "search_r1.csv", model_tokenizer=(model, tok))
+    assert [r["step"] for r in res.rows] == list(range(1, steps + 1)) and not res.resumed
     assert _weights_changed(before, model)
     out = tmp_path / "models" / "search_1"
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
     assert (out / "tokenizer.json").exists() and (out / "factrl_train.json").exists()
     rows = _read_csv(tmp_path / "m" / "search_r1.csv")
-    assert len(rows) == 2 and {"reward_mean", "format_valid_rate", "kl", "tool_calls"} <= set(rows[0])
+    assert len(rows) == steps and {"reward_mean", "format_valid_rate", "kl", "tool_calls"} <= set(rows[0])
     assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
     assert not (tmp_path / "ck_s" / "checkpoints").exists()
 
-    # the reasoning agent, served by the just-written search agent (in-process, shared LocalLLM)
-    search_llm = LocalLLM(str(out), bf16=True)
+    search_llm = LocalLLM(str(out), bf16=True)  # L_1 as written: a Hugging Face directory
     calls = []
     original = search_llm.complete_tokens
 
-    def counting(prompts, params):
+    def counting(prompts, sampling):
         calls.append(len(prompts))
-        return original(prompts, params)
+        return original(prompts, sampling)
 
     search_llm.complete_tokens = counting
-    model2, tok2 = load_model_and_tokenizer("smollm2-135m")
+    model2, tok2 = load()
     before2 = {k: v.clone() for k, v in model2.state_dict().items()}
-    rp = ReasonTrainParams(**SHORT, search_max_turns=1, search_max_new_tokens=12)
-    res = train_reason(claims, "smollm2-135m", str(out), retriever, rp, state_dir=tmp_path / "ck_r",
+    rp = ReasonTrainParams(**params, search_max_turns=1, search_max_new_tokens=12)
+    res = train_reason(claims, "init", str(out), retriever, rp, state_dir=tmp_path / "ck_r",
                        out_model=tmp_path / "models" / "reason_1", metrics_path=tmp_path / "m" / "reason_r1.csv",
                        search_llm=search_llm, model_tokenizer=(model2, tok2))
-    assert len(res.rows) == 2 and _weights_changed(before2, model2)
+    assert len(res.rows) == steps and _weights_changed(before2, model2)
     assert (tmp_path / "models" / "reason_1" / "model.safetensors").exists()
     rows = _read_csv(tmp_path / "m" / "reason_r1.csv")
-    assert len(rows) == 2
-    # tool_calls > 0 means the search agent ran; with max_turns 1 at most one question per rollout
-    asked = [float(r["tool_calls"]) for r in rows]
+    assert len(rows) == steps
+    asked = [float(r["tool_calls"]) for r in rows]  # questions per rollout; max_turns 1
     assert all(0.0 <= a <= 1.0 for a in asked)
-    assert (sum(asked) > 0) == bool(calls)
+    assert (sum(asked) > 0) == bool(calls)  # every question reached the search agent
+
+
+def test_train_stages_on_tiny_world(world, retriever, tmp_path):
+    """Default suite: a tiny random Llama with SmolLM2's tokenizer, so the real prompts, tags,
+    masks and checkpoints run in seconds."""
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    def load():
+        tok = tokenizer()
+        return tiny_model(tok), tok
+
+    _train_both(world, retriever, tmp_path, load, steps=2)
+
+
+@pytest.mark.slow
+def test_train_stages_with_smollm2(world, retriever, tmp_path):
+    """The real policy (SmolLM2-135M), one step per agent (minutes on 2 busy cores)."""
+    from factrl.llm.models import load_model_and_tokenizer
+
+    _train_both(world, retriever, tmp_path, lambda: load_model_and_tokenizer("smollm2-135m"), steps=1)
 
 
 def test_reward_functions_score_by_name():
@@ -196,6 +214,7 @@ def _tiny_run(out: Path, kill_after: int | None) -> rounds.RunResult:
                         model_tokenizer=(model, tok), on_step=on_step)
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_uninterrupted_result(tmp_path):
     from safetensors.torch import load_file
 
@@ -223,3 +242,40 @@ def test_killed_training_resumes_to_the_uninterrupted_result(tmp_path):
 if __name__ == "__main__":
     result = _tiny_run(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
     print("resumed" if result.resumed else "fresh", len(result.rows))
+
+
+@pytest.mark.slow
+def test_search_agent_served_over_http_answers_questions(world, retriever, tmp_path):
+    """search_backend: server — L_r behind `factrl serve-llm`, reached by the OpenAI-compatible client
+    (chat path), answers the reasoning agent's questions with reports or passed-on passages."""
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    tiny_model(tok).save_pretrained(tmp_path / "search_1")
+    tok.save_pretrained(tmp_path / "search_1")
+    p = ReasonTrainParams(**dict(SHORT, search_max_new_tokens=8))
+    with rounds.search_llm_for(str(tmp_path / "search_1"), "server", bf16=False) as llm:
+        assert type(llm).__name__ == "OpenAICompatLLM"
+        tool = rounds.search_agent_tool(llm, rounds.RetrieverTool(retriever, k=2), rounds.served_search_params(p))
+        answers = tool(["Who founded Orlen Studios?", ""])
+    assert len(answers) == 2 and answers[0].strip() and answers[1] == "No query was given: write the query between the tags."
+
+
+def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
+    """Synthesis may keep no question in a round: L_r = L_prev (same weights), an empty plots file."""
+    from safetensors.torch import load_file
+
+    from stages.train_search import train_search
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    claims, _ = world
+    tok = tokenizer()
+    model = tiny_model(tok)
+    empty = qa_table(claims).slice(0, 0)
+    res = train_search(empty, "init", retriever, SearchTrainParams(**SHORT), state_dir=tmp_path / "ck",
+                       out_model=tmp_path / "search_2", metrics_path=tmp_path / "m.csv", model_tokenizer=(model, tok))
+    assert res.rows == []
+    saved = load_file(tmp_path / "search_2" / "model.safetensors")
+    assert all(saved[k].equal(v) for k, v in model.state_dict().items() if k in saved)
+    assert (tmp_path / "m.csv").read_text() == "step,reward_mean\n"
+    assert (tmp_path / "ck" / "fingerprint.json").exists()  # the persisted DVC out exists

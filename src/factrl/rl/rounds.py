@@ -40,6 +40,7 @@ from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, SearchTrainParams
+from factrl.io import atomic_path
 from factrl.rewards.registry import get_reward
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -297,16 +298,25 @@ def run_agent_training(
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.rl.trainer import GRPOTrainer, train, write_metrics
 
-    if not items:
-        raise ValueError(f"{agent}: no training prompts (empty input for this round)")
     state_dir = Path(state_dir)
+    metrics_path = Path(metrics_path)
+    if not items:
+        # e.g. synthesis kept no question this round: the agent passes on unchanged (L_r = L_prev),
+        # loudly, with an empty metrics file, rather than stopping the whole pipeline
+        print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
+        prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
+        model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
+        with atomic_path(metrics_path) as tmp:  # a header only: the plots file stays parseable
+            tmp.write_text("step,reward_mean\n", encoding="utf-8")
+        save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
+                                           "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
+        return RunResult(rows=[], resumed=False)
     resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
     model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
     policy = LocalLLM(model_obj=model, tokenizer=tok, bf16=gcfg.bf16, model_name=f"{agent}-policy")
     rollout_fn, reward_fn = make_fns(policy)
-    metrics_path = Path(metrics_path)
 
     def step_done(row: dict) -> None:
         shutil.copyfile(state_dir / METRICS_FILE, metrics_path)  # the plots file follows every step

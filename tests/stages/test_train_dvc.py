@@ -1,0 +1,95 @@
+"""The training stages in the DVC graph: a learning-rate edit of one agent reruns only that agent's
+train stages and what follows them; the rounds chain as HARIS Algorithm 1.
+
+Every stage's outputs are stand-in files recorded with ``dvc commit`` (the pipeline is up to date
+without running it), then a param edit and ``reproduce(dry=True)`` show which stages DVC would run.
+The tiny profile runs the real pipeline end to end in ``test_train_e2e.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from dvc.repo import Repo
+
+from factrl.config import load_section
+from tests.pipeline_repo import edit_params, make_pipeline_repo
+
+
+def _touch(p: Path) -> None:
+    if p.exists():
+        return
+    if p.suffix:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("stand-in\n")
+    else:
+        p.mkdir(parents=True, exist_ok=True)
+        (p / "stand-in").write_text("stand-in\n")
+
+
+@pytest.fixture
+def committed_repo(tmp_path, repo_root, monkeypatch):
+    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
+    monkeypatch.chdir(repo)
+    with Repo(str(repo)) as dvc:
+        for stage in dvc.index.stages:
+            for dep in stage.deps:
+                if dep.fs_path.startswith(str(repo)):
+                    _touch(Path(dep.fs_path))
+            for out in stage.outs:
+                _touch(Path(out.fs_path))
+        dvc.commit(None, force=True)
+        assert dvc.reproduce(dry=True) == []
+    return repo
+
+
+def _dry(repo: Path) -> list[str]:
+    with Repo(str(repo)) as dvc:
+        return [s.addressing for s in dvc.reproduce(dry=True)]
+
+
+def _downstream(repo: Path, names: list[str]) -> set[str]:
+    with Repo(str(repo)) as dvc:
+        graph = dvc.index.graph
+        by_name = {s.addressing: s for s in graph.nodes}
+        out: set[str] = set()
+        for n in names:
+            out |= {s.addressing for s in nx.ancestors(graph, by_name[n])}  # edges point upstream
+    return out
+
+
+def test_reasoning_lr_edit_reruns_only_train_reason_and_what_follows(committed_repo):
+    n = len(load_section("rounds", committed_repo / "params.yaml").rounds)
+    edit_params(committed_repo, {"train": {"reasoning": {"lr": 2e-6}}})
+    changed = _dry(committed_repo)
+    assert changed == [f"train_reason@{i}" for i in range(n)]
+    # what can rerun after them is downstream of train_reason@0: the later rounds and evaluation,
+    # never the data, index, curriculum, base models or round 1's synthesis / search training
+    later = _downstream(committed_repo, changed)
+    untouched = {"prepare", "index", "curriculum", "base_models", "synthesize@0", "train_search@0"}
+    assert not untouched & (later | set(changed))
+    if n > 1:
+        assert {"synthesize@1", "train_search@1"} <= later
+
+
+def test_search_lr_edit_reruns_train_search_only(committed_repo):
+    n = len(load_section("rounds", committed_repo / "params.yaml").rounds)
+    edit_params(committed_repo, {"train": {"search": {"lr": 2e-6}}})
+    assert _dry(committed_repo) == [f"train_search@{i}" for i in range(n)]
+
+
+def test_rounds_chain_as_algorithm_1(committed_repo):
+    """train_search@r needs qa_r and L_prev; train_reason@r needs L_r and H_prev; synthesize@r+1
+    needs both agents of round r."""
+    rounds = load_section("rounds", committed_repo / "params.yaml").rounds
+    with Repo(str(committed_repo)) as dvc:
+        graph = dvc.index.graph
+        by_name = {s.addressing: s for s in graph.nodes}
+        for i, r in enumerate(rounds):
+            upstream = {s.addressing for s in nx.descendants(graph, by_name[f"train_reason@{i}"])}
+            assert {f"train_search@{i}", f"synthesize@{i}", "curriculum", "index"} <= upstream
+            if i + 1 < len(rounds):
+                nxt = {s.addressing for s in nx.descendants(graph, by_name[f"synthesize@{i + 1}"])}
+                assert {f"train_reason@{i}", f"train_search@{i}"} <= nxt

@@ -1,0 +1,63 @@
+"""Every profile in profiles/ applies onto params.yaml and loads into the config dataclasses."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from factrl import config, profiles
+
+
+def _profile_names(repo_root):
+    return sorted(p.stem for p in (repo_root / "profiles").glob("*.yaml"))
+
+
+def test_profiles_exist(repo_root):
+    assert {"tiny", "long", "paper"} <= set(_profile_names(repo_root))
+
+
+@pytest.mark.parametrize("name", ["tiny", "long", "paper"])
+def test_profile_applies_and_every_section_loads(repo_root, tmp_path, name):
+    params = tmp_path / "params.yaml"
+    shutil.copy(repo_root / "params.yaml", params)
+    overrides = profiles.read_profile(name, repo_root / "profiles")
+    profiles.apply_profile(name, params, repo_root / "profiles")
+    text = params.read_text()
+    assert "# factrl parameters" in text  # params.yaml's comments survive
+    for section in config.read_params(params):
+        config.load_section(section, params)
+    # the overrides are what the stages now read
+    rounds = config.load_section("rounds", params).rounds
+    assert [r.id for r in rounds] == [r["id"] for r in overrides["rounds"]]
+    train = config.load_section("train", params)
+    for agent, key in (("search", "search"), ("reasoning", "reasoning")):
+        for k, v in overrides["train"][key].items():
+            assert getattr(getattr(train, agent), k) == v
+    # keys the profile does not name keep params.yaml's values
+    assert config.load_section("pipeline", params) == config.load_section("pipeline", repo_root / "params.yaml")
+
+
+def test_paper_profile_has_the_paper_defaults(repo_root, tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(repo_root / "params.yaml", params)
+    profiles.apply_profile("paper", params, repo_root / "profiles")
+    train = config.load_section("train", params)
+    for agent in (train.search, train.reasoning):
+        assert (agent.lr, agent.kl_coef, agent.temperature, agent.group_size) == (1e-6, 0.001, 1.0, 5)
+    assert len(config.load_section("rounds", params).rounds) == 4
+
+
+def test_bad_profile_is_rejected_and_params_untouched(repo_root, tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(repo_root / "params.yaml", params)
+    before = params.read_text()
+    (tmp_path / "bad.yaml").write_text("train:\n  search:\n    lrr: 1\n")
+    with pytest.raises(config.ConfigError, match=r"train.search: unknown key"):
+        profiles.apply_profile(tmp_path / "bad.yaml", params, repo_root / "profiles")
+    assert params.read_text() == before
+    (tmp_path / "worse.yaml").write_text("trian: {}\n")
+    with pytest.raises(config.ConfigError, match="unknown section"):
+        profiles.apply_profile(tmp_path / "worse.yaml", params, repo_root / "profiles")
+    with pytest.raises(config.ConfigError, match="no such profile"):
+        profiles.read_profile("nope", repo_root / "profiles")
