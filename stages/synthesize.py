@@ -20,10 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -36,6 +33,7 @@ from factrl.data import synthesis
 from factrl.data.schemas import CLAIMS, QA_PAIRS, validate
 from factrl.io import write_json, write_parquet
 from factrl.llm.models import cache_dir
+from factrl.llm.serve import spawn_server
 
 RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> questions asked per claim
 
@@ -148,47 +146,6 @@ def prompt_hash() -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve_llm(model: str, bf16: bool = False, timeout: float = 300.0) -> Iterator[str]:
-    """Start ``factrl serve-llm`` on a free loopback port; yield its /v1 base URL; stop it after."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
-           "--port", str(port), "--host", "127.0.0.1"] + (["--bf16"] if bf16 else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.contextmanager
 def teacher_llm(params: TeacherParams, concurrency: int = 16) -> Iterator:
     """The teacher backend named in params (the server one runs only inside the block)."""
@@ -200,7 +157,7 @@ def teacher_llm(params: TeacherParams, concurrency: int = 16) -> Iterator:
     from factrl.llm.openai_compat import OpenAICompatLLM
 
     if params.backend == "server":
-        with serve_llm(params.model, params.bf16) as url:
+        with spawn_server(params.model, bf16=params.bf16) as url:
             yield OpenAICompatLLM(params.model, base_url=url, concurrency=concurrency)
         return
     # the key is read from the environment by the client; it is never stored or logged here

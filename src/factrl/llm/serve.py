@@ -11,13 +11,57 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from factrl.llm.base import Completion, SamplingParams
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise: the server has no auth
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind((DEFAULT_HOST, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def spawn_server(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Iterator[str]:
+    """Run ``factrl serve-llm`` for ``model`` on a free loopback port in a subprocess; yield its
+    ``/v1`` base URL once ``/v1/models`` answers; stop the server when the block ends."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
+           "--port", str(port), "--host", DEFAULT_HOST] + (["--bf16"] if bf16 else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://{DEFAULT_HOST}:{port}/v1"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
+                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Batcher:

@@ -24,11 +24,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -155,45 +150,16 @@ def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: Rollout
     return SearchAgentTool(run, keep_history=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def served_llm(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Iterator[Any]:
     """``factrl serve-llm`` for ``model`` on a free loopback port, as an OpenAI-compatible client
     (chat-only: rollouts through it run as conversations). The server stops when the block ends."""
     from factrl.llm.openai_compat import OpenAICompatLLM
+    from factrl.llm.serve import spawn_server
 
-    port = _free_port()
-    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
-           "--port", str(port), "--host", "127.0.0.1"] + (["--bf16"] if bf16 else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
-            time.sleep(0.5)
+    with spawn_server(model, bf16=bf16, timeout=timeout) as url:
         # the key is a placeholder: the local server checks none, and the client requires one
         yield OpenAICompatLLM(model, base_url=url, api_key="local", concurrency=64)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextlib.contextmanager
