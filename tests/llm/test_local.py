@@ -1,4 +1,4 @@
-"""LocalLLM: padding-invariant greedy decoding, stop strings, n samples and seeds."""
+"""LocalLLM: padding-invariant greedy decoding, stop strings, n samples, seeds and the prefix cache."""
 
 import torch
 
@@ -54,6 +54,9 @@ def test_bf16_autocast_runs(local_llm):
     bf = LocalLLM(model_obj=local_llm.model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
     out = bf.chat([Q1], SamplingParams(max_tokens=6))[0][0]
     assert out.completion_tokens > 0 and out.text
+    # a continuation reuses the bf16 states cached by the first call
+    again = bf.complete_tokens([bf.encode_chat(Q1) + out.token_ids], SamplingParams(max_tokens=4))[0][0]
+    assert again.completion_tokens > 0 and bf.stats["prefilled_tokens"] < bf.stats["prompt_tokens"]
 
 
 def test_finished_rows_leave_the_batch(local_llm):
@@ -96,3 +99,124 @@ def test_unknown_models_fail_clearly(tmp_path, monkeypatch):
         LocalLLM(str(tmp_path / "missing" / "model"))
     with pytest.raises(FileNotFoundError, match="no config.json"):
         LocalLLM(str(tmp_path))
+
+
+# ---- prefix cache -------------------------------------------------------------------------------
+SYSTEM = ("You check facts. Think inside <think> </think>, ask one question inside <question> "
+          "</question>, read the answer inside <result> </result>, and finish with <verification> "
+          "</verification>. Example: <think>I need the founder.</think><question>Who founded Orlen "
+          "Studios?</question>")
+CLAIMS = ["The Eiffel Tower is in Berlin.", "Water boils at 100 degrees Celsius at sea level."]
+
+
+def _conv(claim: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": claim}]
+
+
+def _ids(llm, text: str) -> list[int]:
+    return llm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _multi_turn(llm, turns: int = 2, max_tokens: int = 12) -> list[list[int]]:
+    """Generate, inject a result, continue (as the rollout engine does); every row's generated ids."""
+    prompts = [llm.encode_chat(_conv(c)) for c in CLAIMS]
+    inject = _ids(llm, "\n<result>\nThe tower stands in Paris.\n</result>\n")
+    generated = []
+    for _ in range(turns):
+        outs = llm.complete_tokens(prompts, SamplingParams(max_tokens=max_tokens, stop=("</question>",)))
+        generated.append([o[0].token_ids for o in outs])
+        prompts = [p + o[0].token_ids + inject for p, o in zip(prompts, outs)]
+    return generated
+
+
+def _llm(local_llm, model=None, **kw):
+    from factrl.llm.local import LocalLLM
+
+    return LocalLLM(model_obj=model or local_llm.model, tokenizer=local_llm.tokenizer, model_name="x", **kw)
+
+
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
+def test_prefix_cache_multi_turn_matches_uncached(local_llm):
+    cached, plain = _llm(local_llm), _llm(local_llm, prefix_cache_bytes=0)
+    assert plain.prefix_cache is None
+    assert _multi_turn(cached) == _multi_turn(plain)
+    # the shared system prompt ran once and later turns ran only their new tokens
+    assert cached.stats["prefilled_tokens"] < 0.5 * cached.stats["prompt_tokens"]
+    assert plain.stats["prefilled_tokens"] == plain.stats["prompt_tokens"]
+    # a continuation of a cached sequence equals model.generate on the full context
+    prompt = cached.encode_chat(_conv(CLAIMS[0]))
+    first = cached.complete_tokens([prompt], SamplingParams(max_tokens=6))[0][0].token_ids
+    context = prompt + first + _ids(cached, "\n<result>\nok\n</result>\n")
+    before = cached.stats["prefilled_tokens"]
+    got = cached.complete_tokens([context], SamplingParams(max_tokens=8))[0][0].token_ids
+    assert cached.stats["prefilled_tokens"] - before < len(context) - len(prompt) + 2
+    ref = cached.model.generate(torch.tensor([context]), max_new_tokens=8, do_sample=False)[0, len(context):]
+    assert got == [t for t in ref.tolist() if t not in cached.eos_ids]
+
+
+def test_prefix_cache_lookup_and_eviction():
+    from factrl.llm.local import PrefixCache
+
+    def kv(n):  # two layers of [heads=1, n, head_dim=2] float32: 2 * 2 * n * 2 * 4 = 32 n bytes
+        return [(torch.full((1, n, 2), float(n)), torch.zeros(1, n, 2)) for _ in range(2)]
+
+    cache = PrefixCache(max_bytes=32 * 10)
+    cache.put([1, 2, 3], kv(3))
+    entry, n = cache.longest(torch.tensor([1, 2, 9, 9]))
+    assert n == 2 and entry.ids.tolist() == [1, 2, 3]  # a shared prefix counts, not only extensions
+    assert cache.longest(torch.tensor([7, 1, 2]))[1] == 0
+    cache.put([1, 2, 3, 4], kv(4))  # extends [1, 2, 3]: the shorter entry is redundant and dropped
+    assert len(cache) == 1 and cache.nbytes == 32 * 4
+    cache.put([1, 2], kv(2))  # covered by [1, 2, 3, 4]: not stored
+    assert len(cache) == 1
+    cache.put([5, 6, 7], kv(3))
+    assert len(cache) == 2 and cache.nbytes == 32 * 7
+    cache.longest(torch.tensor([1, 2, 3, 4]))  # touch: [5, 6, 7] is now the least recently used
+    cache.put([8, 9, 10, 11], kv(4))  # 11 * 32 bytes > budget: evict LRU
+    assert cache.longest(torch.tensor([5, 6, 7]))[1] == 0
+    assert cache.longest(torch.tensor([1, 2, 3, 4, 5]))[1] == 4 and cache.nbytes <= cache.max_bytes
+    cache.put(list(range(100, 112)), kv(12))  # larger than the whole budget: never stored
+    assert cache.longest(torch.tensor([100, 101]))[1] == 0 and cache.nbytes <= cache.max_bytes
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0
+
+
+@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
+def test_prefix_cache_tiny_budget_stays_bounded_and_exact(local_llm):
+    params = SamplingParams(max_tokens=8)
+    plain = _llm(local_llm, prefix_cache_bytes=0).chat([Q1, Q2], params)
+    one_row = 30 * 2 * 3 * 64 * 4 * 60  # SmolLM2-135M states of ~60 tokens (30 layers, 3 kv heads)
+    tiny = _llm(local_llm, prefix_cache_bytes=one_row)
+    for _ in range(2):
+        out = tiny.chat([Q1, Q2], params)
+        assert [c[0].token_ids for c in out] == [c[0].token_ids for c in plain]
+        assert 0 < tiny.prefix_cache.nbytes <= one_row and len(tiny.prefix_cache) == 1
+
+
+def test_prefix_cache_invalidated_by_in_place_weight_update(local_llm):
+    import copy
+
+    model = copy.deepcopy(local_llm.model)
+    cached, fresh = _llm(local_llm, model), _llm(local_llm, model, prefix_cache_bytes=0)
+    params = SamplingParams(max_tokens=10)
+    before = cached.chat([Q2], params)[0][0].token_ids
+    assert len(cached.prefix_cache) == 1
+    torch.manual_seed(0)
+    with torch.no_grad():  # what an optimizer step does: update the parameters in place
+        for p in model.model.layers[:6].parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    reference = fresh.chat([Q2], params)[0][0].token_ids
+    assert reference != before  # the update changes the output, so stale states would show
+    assert cached.chat([Q2], params)[0][0].token_ids == reference
+    # the test can fail: with the version guard off, a second update leaves stale states in use
+    stale = _llm(local_llm, model)
+    stale.chat([Q2], params)
+    with torch.no_grad():
+        for p in model.model.layers[:6].parameters():
+            p.sub_(torch.randn_like(p) * 0.05)
+    stale._check_weights = lambda: None
+    assert stale.chat([Q2], params)[0][0].token_ids != fresh.chat([Q2], params)[0][0].token_ids
+    cleared = _llm(local_llm, model)
+    cleared.chat([Q2], params)
+    cleared.clear_prefix_cache()
+    assert len(cleared.prefix_cache) == 0

@@ -3,15 +3,25 @@
 The engine runs its own decode loop instead of ``model.generate`` so that it can stop each row as
 soon as one of the request's stop strings appears in its decoded text (the rollout engine stops on
 closing tags such as ``</search>``), and return the exact generated token ids the policy produced.
+
+Multi-turn rollouts call the engine once per turn with the whole context so far, and many prompts
+share a long system prompt; re-running the model over those tokens (prefill) would dominate the
+cost. The engine therefore keeps a bounded :class:`PrefixCache` of the key/value states of the
+sequences it decoded, and before every batch prefills a prefix shared by all of its rows once:
+each row then runs the model only over the tokens after its longest cached prefix. The cache is
+dropped whenever the weights change (trainers update them in place between steps).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
@@ -47,13 +57,106 @@ def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Gener
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+# A prefix shorter than this is not worth a separate forward pass before the batch.
+MIN_SHARED_PREFIX = 16
+
+
+@dataclass
+class _Entry:
+    """The key/value states of one token sequence: per layer ``(keys, values)``, each
+    ``[num_kv_heads, len(ids), head_dim]``."""
+
+    ids: torch.Tensor  # [T] int64
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    nbytes: int
+
+
+class PrefixCache:
+    """A byte-bounded LRU store of key/value states keyed by token-id sequences.
+
+    The states at position ``t`` depend only on tokens ``0..t``, so an entry serves any sequence
+    that shares a prefix with it, not only sequences that extend it: :meth:`longest` returns the
+    entry with the longest common prefix and its length. Entries that are a prefix of a newer
+    entry are dropped (the newer one serves them), and the least recently used entries are
+    evicted once ``max_bytes`` is exceeded.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.nbytes = 0
+        self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
+        self._matrix: torch.Tensor | None = None  # [E, max_len] ids, -1 padded; rebuilt lazily
+        self._keys: list[tuple[int, ...]] = []  # the entry of each matrix row
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+        self._matrix, self._keys = None, []
+
+    def _common_lengths(self, ids: torch.Tensor) -> torch.Tensor:
+        """``[E]`` length of the common prefix of ``ids`` ``[T]`` with every entry (matrix order)."""
+        if self._matrix is None:
+            self._keys = list(self._entries)
+            width = max(len(k) for k in self._keys)
+            self._matrix = torch.full((len(self._keys), width), -1, dtype=torch.long)
+            for r, key in enumerate(self._keys):
+                self._matrix[r, : len(key)] = self._entries[key].ids
+        m = min(self._matrix.shape[1], len(ids))
+        same = self._matrix[:, :m] == ids[:m]
+        return same.to(torch.int32).cumprod(dim=1).sum(dim=1)
+
+    def longest(self, ids: torch.Tensor) -> tuple[_Entry | None, int]:
+        """The entry sharing the longest prefix with ``ids`` ``[T]`` and that length (0: none)."""
+        if not self._entries or len(ids) == 0:
+            return None, 0
+        lengths = self._common_lengths(ids)
+        best = int(lengths.argmax())
+        n = int(lengths[best])
+        if n == 0:
+            return None, 0
+        key = self._keys[best]
+        self._entries.move_to_end(key)
+        return self._entries[key], n
+
+    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store the states of ``ids`` (``kv`` as in :class:`_Entry`) unless an entry covers them."""
+        key = tuple(ids)
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        if not key or nbytes > self.max_bytes:
+            return
+        t = torch.tensor(key, dtype=torch.long)
+        if self._entries:
+            lengths = self._common_lengths(t)
+            covering = [self._keys[r] for r in (lengths == len(key)).nonzero().flatten().tolist()]
+            if covering:  # an existing entry already extends this sequence
+                self._entries.move_to_end(covering[0])
+                return
+            for r in (lengths == torch.tensor([len(k) for k in self._keys])).nonzero().flatten().tolist():
+                self._drop(self._keys[r])  # a prefix of the new sequence: the new entry serves it
+        self._entries[key] = _Entry(t, kv, nbytes)
+        self.nbytes += nbytes
+        self._matrix = None
+        while self.nbytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        self.nbytes -= self._entries.pop(key).nbytes
+        self._matrix = None
+
+
 class LocalLLM:
     """The :class:`~factrl.llm.base.LLM` protocol on a local Hugging Face causal LM.
 
     ``model`` is an embedded name, a Hugging Face directory or a hub id; an already-loaded
     ``(model_obj, tokenizer)`` pair may be passed instead (tests and trainers share weights).
     ``bf16`` runs the forward passes under CPU bf16 autocast. ``max_batch`` bounds the rows decoded
-    together (after expanding ``n``), which bounds memory.
+    together (after expanding ``n``), which bounds memory. ``prefix_cache_bytes`` bounds the
+    key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). The
+    cache is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the
+    model was modified in place or replaced since the last call.
     """
 
     def __init__(
@@ -65,6 +168,7 @@ class LocalLLM:
         bf16: bool = False,
         max_batch: int = 32,
         model_name: str | None = None,
+        prefix_cache_bytes: int = 2 * 1024**3,
     ):
         if model_obj is None or tokenizer is None:
             model_obj, tokenizer = load_model_and_tokenizer(model)
@@ -77,6 +181,10 @@ class LocalLLM:
         self.eos_ids = self._eos_ids()
         # one decode at a time: the model is shared and torch already uses every core
         self._lock = threading.Lock()
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        self._weights_seen: list[tuple[int, int]] | None = None
+        # prompt tokens given to the engine vs. tokens it actually ran the model over
+        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0}
 
     def _eos_ids(self) -> set[int]:
         ids = set()
@@ -86,6 +194,22 @@ class LocalLLM:
             elif src:
                 ids.update(src)
         return ids
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached key/value state (call after changing the weights out of place)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def _weights_signature(self) -> list[tuple[int, int]]:
+        """Identity and in-place version counter of every parameter: optimizer steps and
+        ``load_state_dict`` bump ``_version``, swapping a parameter changes its ``id``."""
+        return [(id(p), p._version) for p in self.model.parameters()]
+
+    def _check_weights(self) -> None:
+        sig = self._weights_signature()
+        if sig != self._weights_seen:
+            self.clear_prefix_cache()
+            self._weights_seen = sig
 
     # ---- protocol -------------------------------------------------------------------------
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
@@ -103,6 +227,8 @@ class LocalLLM:
         if params.seed is not None:
             generator = torch.Generator().manual_seed(params.seed)
         with self._lock:
+            if self.prefix_cache is not None:
+                self._check_weights()
             for start in range(0, len(rows), self.max_batch):
                 flat.extend(self._generate_batch(rows[start : start + self.max_batch], params, generator))
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
@@ -113,31 +239,118 @@ class LocalLLM:
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _forward(self, input_ids, mask, positions, past):
+        """One model call keeping only the last position's logits: ``[B, V]`` and the cache."""
+        res = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions,
+            past_key_values=past, use_cache=True,
+            logits_to_keep=1,  # only the last position is sampled: skip the lm_head elsewhere
+        )
+        return res.logits[:, -1, :], res.past_key_values
+
+    def _share_prefix(self, rows: list[list[int]]) -> None:
+        """Prefill the prefix common to every row once (batch of one) and cache it, so that the
+        batch below reuses it instead of computing it once per row."""
+        if self.prefix_cache is None or len(rows) < 2:
+            return
+        width = min(len(r) for r in rows) - 1  # every row keeps at least one token to run
+        if width < MIN_SHARED_PREFIX:
+            return
+        ids = torch.tensor([r[:width] for r in rows])
+        n = int((ids == ids[0]).all(dim=0).to(torch.int32).cumprod(0).sum())
+        if n < MIN_SHARED_PREFIX or self.prefix_cache.longest(ids[0, :n])[1] >= n:
+            return
+        mask = torch.ones(1, n, dtype=torch.long)
+        _, past = self._forward(ids[:1, :n], mask, torch.arange(n)[None], None)
+        self.stats["prefilled_tokens"] += n
+        self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
+
+    def _prefill(self, rows: list[list[int]]):
+        """Run the model over every row, reusing cached prefixes; identical rows run once.
+
+        Returns ``(logits [B, V], past, mask [B, W])`` where ``W`` is the cache length. Row ``i``'s
+        cache is ``[pad][cached prefix][pad][suffix]``: its reused states are right-aligned in the
+        first ``C`` columns and its new tokens right-aligned in the last ``S``, so every row's last
+        token sits in the final column; the mask hides the padding and positions count real
+        tokens only, so padding does not change the result.
+        """
+        index: dict[tuple[int, ...], int] = {}
+        inverse = [index.setdefault(tuple(r), len(index)) for r in rows]
+        uniq = [list(k) for k in index]
+        self._share_prefix(uniq)
+        reuse: list[tuple[_Entry | None, int]] = [(None, 0)] * len(uniq)
+        if self.prefix_cache is not None:
+            reuse = []
+            for r in uniq:
+                entry, n = self.prefix_cache.longest(torch.tensor(r))
+                reuse.append((entry, max(0, min(n, len(r) - 1))))
+        cached = max(n for _, n in reuse)
+        suffixes = [r[n:] for r, (_, n) in zip(uniq, reuse)]
+        width = max(len(s) for s in suffixes)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(s)) + s for s in suffixes])
+        mask = torch.tensor([[0] * (cached - n) + [1] * n + [0] * (width - len(s)) + [1] * len(s)
+                             for s, (_, n) in zip(suffixes, reuse)])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
+        past = self._assemble(reuse, cached) if cached else None
+        self.stats["prefilled_tokens"] += sum(len(s) for s in suffixes)
+        logits, past = self._forward(input_ids, mask, positions, past)
+        if len(uniq) < len(rows):
+            idx = torch.tensor(inverse)
+            past.batch_select_indices(idx)
+            logits, mask = logits[idx], mask[idx]
+        return logits, past, mask
+
+    @staticmethod
+    def _assemble(reuse: list[tuple[_Entry | None, int]], width: int) -> DynamicCache:
+        """A batched cache ``[B, heads, width, head_dim]`` per layer holding each row's first ``n``
+        cached states right-aligned (zeros in the masked padding)."""
+        ref = next(e for e, n in reuse if n)
+        layers = []
+        for layer, (k0, v0) in enumerate(ref.kv):
+            keys = k0.new_zeros(len(reuse), k0.shape[0], width, k0.shape[2])
+            values = v0.new_zeros(len(reuse), v0.shape[0], width, v0.shape[2])
+            for b, (entry, n) in enumerate(reuse):
+                if n:
+                    keys[b, :, width - n :] = entry.kv[layer][0][:, :n]
+                    values[b, :, width - n :] = entry.kv[layer][1][:, :n]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _remember(self, past, mask: torch.Tensor, batch_rows: list[int], seqs: list[list[int]]) -> None:
+        """Cache the states of batch rows ``batch_rows`` (their tokens so far: ``seqs``).
+
+        ``mask`` ``[B, W]`` is aligned with the cache; the real columns of a row are its tokens in
+        order, which are the first ``mask.sum()`` tokens of its sequence (the newest sampled token
+        has not been run through the model yet).
+        """
+        for b, seq in zip(batch_rows, seqs):
+            real = mask[b].bool()
+            kv = [(layer.keys[b][:, real], layer.values[b][:, real]) for layer in past.layers]
+            self.prefix_cache.put(seq[: int(real.sum())], kv)
+
     def _generate_batch(
         self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
     ) -> list[Completion]:
-        width = max(len(r) for r in rows)
-        # left padding keeps every row's last prompt token in the final column
-        input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        # positions count real tokens only, so padded rows see the same positions as unpadded
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out: list[list[int]] = [[] for _ in rows]
         reasons = ["length"] * len(rows)
         alive = list(range(len(rows)))  # batch row b decodes original row alive[b]
         window = self._stop_window(params.stop)
-        past = None
-        step_ids = input_ids
+        self.stats["prompt_tokens"] += sum(len(r) for r in rows)
         with torch.inference_mode(), self._autocast():
-            for _ in range(params.max_tokens):
-                res = self.model(
-                    input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                    past_key_values=past, use_cache=True,
-                    logits_to_keep=1,  # only the last position is sampled: skip the lm_head elsewhere
-                )
-                past = res.past_key_values
-                nxt = _sample(res.logits[:, -1, :], params, generator).tolist()
+            if params.max_tokens > 0:
+                logits, past, mask = self._prefill(rows)
+                positions = mask.sum(-1, keepdim=True) - 1  # each row's last position so far
+            for step in range(params.max_tokens):
+                if step:
+                    logits, past = self._forward(step_ids, mask, positions, past)
+                nxt = _sample(logits, params, generator).tolist()
                 keep = [b for b, i in enumerate(alive) if not self._advance(i, nxt[b], out, reasons, params, window)]
+                if self.prefix_cache is not None:
+                    # rows leave the batch now (finished) or at the budget: keep their states
+                    last = step == params.max_tokens - 1
+                    kept = set(keep)
+                    ending = [b for b in range(len(alive)) if last or b not in kept]
+                    self._remember(past, mask, ending, [rows[alive[b]] + out[alive[b]] for b in ending])
                 if not keep:
                     break
                 if len(keep) < len(alive):
@@ -148,7 +361,7 @@ class LocalLLM:
                     alive = [alive[b] for b in keep]
                 step_ids = torch.tensor([[nxt[b]] for b in keep])
                 mask = torch.cat([mask, mask.new_ones(len(keep), 1)], dim=-1)
-                positions = positions[:, -1:] + 1
+                positions = positions + 1
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out]
         if params.stop:
             texts = [trim_at_stop(t, params.stop, params.include_stop)[0] for t in texts]
