@@ -1,5 +1,6 @@
 """LocalLLM: padding-invariant greedy decoding, stop strings, n samples, seeds and the prefix cache."""
 
+import pytest
 import torch
 
 from factrl.llm.base import LLM, SamplingParams
@@ -88,8 +89,6 @@ def test_load_from_hf_directory(local_llm):
 
 
 def test_unknown_models_fail_clearly(tmp_path, monkeypatch):
-    import pytest
-
     from factrl.llm.local import LocalLLM
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
