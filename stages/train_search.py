@@ -64,9 +64,7 @@ def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
         qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
         metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
-    last = result.rows[-1] if result.rows else {"reward_mean": float("nan")}
-    print(f"train_search@{rnd.id}: {len(result.rows)} steps, final reward {last['reward_mean']:.3f}"
-          + (" (resumed)" if result.resumed else ""))
+    print(rounds.summary_line(f"train_search@{rnd.id}", result))
     return result
 
 

@@ -158,7 +158,7 @@ def served_llm(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Ite
     from factrl.llm.serve import spawn_server
 
     with spawn_server(model, bf16=bf16, timeout=timeout) as url:
-        # the key is a placeholder: the local server checks none, and the client requires one
+        # the local server checks no key, but the openai client insists on a non-empty one
         yield OpenAICompatLLM(model, base_url=url, api_key="local", concurrency=64)
 
 
@@ -300,3 +300,10 @@ def run_agent_training(
                                        "final": rows[-1] if rows else {}})
     shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
     return RunResult(rows=rows, resumed=resumed)
+
+
+def summary_line(stage: str, result: RunResult) -> str:
+    """One line for a training stage's log: steps run, final mean reward, whether it resumed."""
+    last = result.rows[-1] if result.rows else {"reward_mean": float("nan")}
+    return (f"{stage}: {len(result.rows)} steps, final reward {last['reward_mean']:.3f}"
+            + (" (resumed)" if result.resumed else ""))
