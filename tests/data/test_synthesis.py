@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import pytest
 
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
+from factrl.llm.signatures import PseudoAnswer
 
 
-@dataclass(frozen=True)
-class Answer:
-    rationale: str | None
-    answer: str | None
-    ok: bool
-    error: str | None
-    raw: str
+# the teacher fakes answer with the real result type of factrl.llm.signatures.pseudo_answers
+Answer = PseudoAnswer
 
 
 def test_first_mode_takes_first_question():

@@ -7,13 +7,13 @@ checkpoints); only the LLM is a counting fake, so calls can be counted exactly.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
 
 from factrl.config import RoundParams, SynthesizeParams, WorldParams
 from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
+from factrl.llm.signatures import PseudoAnswer
 from flows.synthesize import TeacherBatchError
 from stages import synthesize as stage
 
@@ -26,13 +26,8 @@ def prefect_harness():
         yield
 
 
-@dataclass(frozen=True)
-class Answer:
-    rationale: str | None
-    answer: str | None
-    ok: bool
-    error: str | None
-    raw: str
+# the teacher fakes answer with the real result type of factrl.llm.signatures.pseudo_answers
+Answer = PseudoAnswer
 
 
 class Killed(RuntimeError):
