@@ -102,13 +102,14 @@ class IndexParams:
 
     embedder: ``minilm`` (offline MiniLM-L6), ``e5-nano`` (offline 4-bit multilingual-e5-small,
         the HARIS paper's retriever) or ``e5-hub`` (intfloat/multilingual-e5-small, needs network).
-    faiss_type: ``flat`` (exact), ``hnsw`` or ``ivfpq`` (approximate, for large corpora).
+    faiss_type: ``flat`` (exact), ``hnsw``, ``hnsw_sq8`` (HNSW over 8-bit vectors: a quarter of
+        the memory, faster) or ``ivfpq`` (approximate, for large corpora).
     bm25: also build the BM25 index (needed for ``bm25`` and ``hybrid`` search).
     chunk_size: passages embedded per resumable chunk.
     """
 
     embedder: Literal["minilm", "e5-nano", "e5-hub"] = "e5-nano"
-    faiss_type: Literal["flat", "hnsw", "ivfpq"] = "flat"
+    faiss_type: Literal["flat", "hnsw", "hnsw_sq8", "ivfpq"] = "flat"
     bm25: bool = True
     chunk_size: int = 4096
 

@@ -90,6 +90,16 @@ def test_ivfpq_needs_enough_passages(passages_path, tmp_path):
         build_index(passages_path, tmp_path, embedder="minilm", faiss_type="ivfpq", bm25=False)
 
 
+def test_hnsw_sq8_index_finds_gold_and_is_smaller(passages_path, tmp_path, questions):
+    """The 8-bit HNSW variant answers like the exact index and stores ~1 byte per dimension."""
+    sq8, flat = tmp_path / "sq8", tmp_path / "flat"
+    build_index(passages_path, sq8, embedder="minilm", faiss_type="hnsw_sq8", bm25=False)
+    build_index(passages_path, flat, embedder="minilm", faiss_type="hnsw", bm25=False)
+    assert Retriever(sq8, "dense").manifest["faiss_type"] == "hnsw_sq8"
+    assert _top1(Retriever(sq8, "dense"), questions) == [gold for _, gold in questions]
+    assert (sq8 / "dense.faiss").stat().st_size < (flat / "dense.faiss").stat().st_size
+
+
 def test_unknown_faiss_type():
     with pytest.raises(ValueError, match="unknown FAISS type"):
         index_mod._new_faiss("lsh", 8, 10)

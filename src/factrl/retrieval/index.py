@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from factrl.io import atomic_path, write_json
 from factrl.retrieval.embed import Embedder, load_embedder
 
-FAISS_TYPES = ("flat", "hnsw", "ivfpq")
+FAISS_TYPES = ("flat", "hnsw", "hnsw_sq8", "ivfpq")
 MODES = ("bm25", "dense", "hybrid")
 RRF_K = 60  # the constant from Cormack et al.; damps the weight of the very top ranks
 MANIFEST = "manifest.json"
@@ -100,6 +100,14 @@ def _new_faiss(kind: str, dim: int, count: int, hnsw_m: int = 32):
         index.hnsw.efConstruction = 80
         index.hnsw.efSearch = 64
         return index
+    if kind == "hnsw_sq8":
+        # The same graph over 8-bit scalar-quantised vectors: a quarter of the memory (1M x 384-d
+        # is 0.4 GB instead of 1.5 GB) and cheaper distances, for a small loss of recall.
+        index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, hnsw_m,
+                                  faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        index.hnsw.efSearch = 128
+        return index
     if kind == "ivfpq":
         # sqrt(n) lists is the usual rule; PQ with 8-bit codes, dim/8 sub-quantizers (48 for 384-d).
         nlist = max(1, min(4096, int(np.sqrt(count))))
@@ -114,7 +122,7 @@ def build_faiss(chunks: Sequence[Path], kind: str, dim: int, count: int):
     """Add the chunk embeddings (memory-mapped, one chunk at a time) to a new FAISS index."""
     index = _new_faiss(kind, dim, count)
     if not index.is_trained:
-        # IVF-PQ needs k-means training; a sample of up to 100k vectors is plenty for it.
+        # IVF-PQ (k-means) and SQ8 (per-dimension ranges) train on a sample; 100k is plenty.
         sample, have = [], 0
         for path in chunks:
             sample.append(np.load(path))
@@ -122,7 +130,7 @@ def build_faiss(chunks: Sequence[Path], kind: str, dim: int, count: int):
             if have >= 100_000:
                 break
         train = np.concatenate(sample)
-        if len(train) < 256:
+        if kind == "ivfpq" and len(train) < 256:  # 2^8 PQ centroids per sub-quantizer
             raise ValueError("IVF-PQ needs at least 256 passages to train; use flat or hnsw")
         index.train(train)
     for path in chunks:
