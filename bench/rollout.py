@@ -3,7 +3,8 @@
 ``multiturn_vs_generate`` = generated tokens/s of HARIS rollouts (reasoning + search agents, the
 tool calls, retrieval and re-encoding of the context between turns all inside the timer) over the
 generated tokens/s of one plain batched ``complete_tokens`` call on the same 16 reasoning prompts
-asked for the same number of tokens per row, measured in the same run with the same engine.
+that generates exactly as many tokens in total (``ignore_eos``: every row runs to the same
+per-row budget, as vLLM's benchmarks do), measured in the same run with the same engine.
 ``format_valid_rate``: the share of untrained (SmolLM2-135M) trajectories whose tags parse as valid.
 
     python bench/rollout.py [--claims 16] [--out bench/results/rollout.json]
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import torch
 
 from factrl.agents.haris import Haris, default_reasoning_params, default_search_params, reasoning_messages
 from factrl.config import WorldParams
@@ -50,9 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--claims", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="bench/results/rollout.json")
     args = ap.parse_args(argv)
 
+    load_start = list(os.getloadavg())
     llm = LocalLLM("smollm2-135m", max_batch=32)
     with tempfile.TemporaryDirectory() as d:
         claims, retriever = demo_setup(Path(d), args.claims)
@@ -60,19 +64,28 @@ def main(argv: list[str] | None = None) -> None:
                       reason_params=default_reasoning_params(max_turns=2, max_new_tokens=args.max_new_tokens),
                       search_params=default_search_params(max_turns=2, max_new_tokens=args.max_new_tokens))
         haris.verify(claims[:2])  # warm-up (allocator, tokenizer caches); not timed
-        t0 = time.perf_counter()
-        results = haris.verify(claims)
-        multi_s = time.perf_counter() - t0
-
-        reason_tok, search_tok = generated_tokens(results)
-        total = reason_tok + search_tok
-        per_row = max(1, math.ceil(total / len(claims)))
         prompts = [llm.encode_chat(reasoning_messages(c)) for c in claims]
-        t0 = time.perf_counter()
-        plain = llm.complete_tokens(prompts, SamplingParams(max_tokens=per_row, temperature=0.0))
-        plain_s = time.perf_counter() - t0
-        plain_tok = sum(c[0].completion_tokens for c in plain)
+        runs = []
+        for _ in range(args.repeats):
+            # Interleaved, each from a cold prefix cache, so drifting load hits both sides alike.
+            llm.clear_prefix_cache()
+            t0 = time.perf_counter()
+            results = haris.verify(claims)
+            multi_s = time.perf_counter() - t0
+            reason_tok, search_tok = generated_tokens(results)
+            total = reason_tok + search_tok
+            per_row = max(1, math.ceil(total / len(claims)))
+            llm.clear_prefix_cache()
+            t0 = time.perf_counter()
+            plain = llm.complete_tokens(prompts, SamplingParams(max_tokens=per_row, temperature=0.0,
+                                                                ignore_eos=True))
+            plain_s = time.perf_counter() - t0
+            plain_tok = sum(c[0].completion_tokens for c in plain)
+            runs.append({"multiturn_s": multi_s, "multiturn_tokens": total, "plain_s": plain_s,
+                         "plain_tokens": plain_tok, "ratio": (total / multi_s) / (plain_tok / plain_s)})
 
+    multi_s = statistics.median(r["multiturn_s"] for r in runs)
+    plain_s = statistics.median(r["plain_s"] for r in runs)
     multi_tps, plain_tps = total / multi_s, plain_tok / plain_s
     searches = [s for r in results for s in r.searches if s is not None]
     reasoning_valid = [r.parse.format_valid for r in results]
@@ -82,9 +95,9 @@ def main(argv: list[str] | None = None) -> None:
         if r.parse.error:
             errors[r.parse.error] = errors.get(r.parse.error, 0) + 1
     out = {
-        "machine": {"note": "2 CPU cores shared with other jobs running at the same time; absolute "
-                            "numbers are noisy, the ratio is measured in the same run",
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "torch_threads": torch.get_num_threads(),
+                    "load_avg_start": load_start, "load_avg_end": list(os.getloadavg())},
         "model": "smollm2-135m (untrained, greedy)",
         "claims": len(claims),
         "multiturn": {"seconds": round(multi_s, 2), "generated_tokens": total, "reasoning_tokens": reason_tok,
@@ -94,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
                       "search_rollouts": len(searches)},
         "plain_generate": {"seconds": round(plain_s, 2), "generated_tokens": plain_tok,
                            "max_tokens_per_row": per_row, "tokens_per_s": round(plain_tps, 2)},
-        "multiturn_vs_generate": round(multi_tps / plain_tps, 3),
+        "multiturn_vs_generate": round(statistics.median(r["ratio"] for r in runs), 3),
+        "runs": runs,
         "bar": 0.75,
         "format_valid_rate": {
             "reasoning": round(statistics.fmean(reasoning_valid), 3) if reasoning_valid else None,

@@ -29,8 +29,8 @@ from factrl.data import synthesis  # noqa: E402
 from factrl.data.world import generate_claims  # noqa: E402
 from factrl.io import write_json  # noqa: E402
 from factrl.llm import signatures  # noqa: E402
+from factrl.llm.backends import open_teacher  # noqa: E402
 from flows.synthesize import run_teacher  # noqa: E402
-from stages.synthesize import prompt_hash, teacher_llm  # noqa: E402
 
 N_CLAIMS = 24  # per hop count
 
@@ -48,12 +48,12 @@ def main() -> None:
     claims = generate_claims(WorldParams(seed=21, num_passages=400, num_claims=4 * N_CLAIMS, hops=(2, 3))).to_pylist()
     work = items_for(claims[: 2 * N_CLAIMS])
     items = [w[2] for w in work]
-    p_hash = prompt_hash()
-    result: dict = {"machine": "2 CPU cores shared with other jobs; numbers are indicative",
+    p_hash = signatures.pseudo_qa_prompt_hash()
+    result: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_start": list(os.getloadavg())},
                     "teacher": "smollm2-135m via factrl serve-llm (greedy)", "questions": len(items)}
     with tempfile.TemporaryDirectory() as tmp:  # Prefect runs against its ephemeral API
         tmp = Path(tmp)
-        with teacher_llm(TeacherParams(backend="server"), concurrency=64) as server:
+        with open_teacher(TeacherParams(backend="server"), concurrency=64) as server:
             t0 = time.perf_counter()
             answers, usage = run_teacher(items, server, prompt_hash=p_hash, cache_path=tmp / "c.sqlite",
                                          checkpoint_dir=tmp / "ck", batch_size=8, concurrency=4)
@@ -63,12 +63,12 @@ def main() -> None:
             # a second fresh run (no checkpoints) is served from the disk cache alone
             _, cached = run_teacher(items, server, prompt_hash=p_hash, cache_path=tmp / "c.sqlite",
                                     checkpoint_dir=tmp / "ck2", batch_size=8, concurrency=4)
-        with teacher_llm(TeacherParams(backend="local")) as local:
+        with open_teacher(TeacherParams(backend="local")) as local:
             sub = items[:32]
             t0 = time.perf_counter()
             signatures.pseudo_answers(local, sub)
             local_s = time.perf_counter() - t0
-        with teacher_llm(TeacherParams(backend="server"), concurrency=64) as server:
+        with open_teacher(TeacherParams(backend="server"), concurrency=64) as server:
             t0 = time.perf_counter()
             signatures.pseudo_answers(server, sub)
             server_sub_s = time.perf_counter() - t0
@@ -91,6 +91,7 @@ def main() -> None:
                    "wrong relation when several entities appear, and accuracy is measured by containment "
                    "of the gold name"),
     }
+    result["machine"]["load_avg_end"] = list(os.getloadavg())
     write_json(result, ROOT / "bench" / "results" / "synthesis.json")
     print(json.dumps(result, indent=1))
 

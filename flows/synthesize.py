@@ -31,7 +31,7 @@ from tqdm import tqdm
 from factrl.data.synthesis import item_key
 from factrl.io import write_json
 from factrl.llm.base import Completion, SamplingParams
-from factrl.llm.cache import CachedLLM, DiskCache
+from factrl.llm.cache import CachedLLM, DiskCache, streams_results
 
 AnswerFn = Callable[..., list]  # (llm, items, *, retries) -> list[PseudoAnswer]
 
@@ -47,14 +47,23 @@ class CountingLLM:
         self.completion_tokens = 0
         self._lock = threading.Lock()
 
-    def chat(self, conversations, params: SamplingParams) -> list[list[Completion]]:
-        out = self.inner.chat(conversations, params)
-        with self._lock:
-            self.calls += len(conversations)
-            for comps in out:
+    def chat(self, conversations, params: SamplingParams, on_result=None) -> list[list[Completion]]:
+        """Counts each request that reached the backend, also when a later one of the batch fails."""
+
+        def count(i: int, comps: list[Completion]) -> None:
+            with self._lock:
+                self.calls += 1
                 # a request's prompt is counted once, whatever its n
                 self.prompt_tokens += comps[0].prompt_tokens if comps else 0
                 self.completion_tokens += sum(c.completion_tokens for c in comps)
+            if on_result is not None:
+                on_result(i, comps)
+
+        if streams_results(self.inner.chat):
+            return self.inner.chat(conversations, params, on_result=count)
+        out = self.inner.chat(conversations, params)
+        for i, comps in enumerate(out):
+            count(i, comps)
         return out
 
     def complete_tokens(self, prompts, params: SamplingParams) -> list[list[Completion]]:

@@ -16,24 +16,26 @@ so a resumed run asks the teacher exactly the same questions.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from factrl.config import RoundParams, SynthesizeParams, TeacherParams, load_section
+from factrl.config import RoundParams, SynthesizeParams, load_section
 from factrl.data import synthesis
 from factrl.data.schemas import CLAIMS, QA_PAIRS, validate
 from factrl.io import write_json, write_parquet
 from factrl.llm.models import cache_dir
-from factrl.llm.serve import spawn_server
+from factrl.data.splits import balanced_subset
+from factrl.llm.backends import open_teacher
+from factrl.llm.signatures import pseudo_qa_prompt_hash
+from factrl.rl.rounds import checkpoint_of, find_round
 
 RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> questions asked per claim
 
@@ -41,40 +43,6 @@ RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> question
 # --------------------------------------------------------------------------------------------
 # inputs
 # --------------------------------------------------------------------------------------------
-
-
-def find_round(rounds: tuple[RoundParams, ...], round_id: int) -> RoundParams:
-    """The round ``round_id``, after checking the rounds chain (each starts from the one before)."""
-    prev_ids = {0}
-    for i, r in enumerate(rounds):
-        if r.prev not in prev_ids:
-            raise ValueError(f"params.yaml: rounds[{i}] (id {r.id}): prev {r.prev} is not an earlier round")
-        prev_ids.add(r.id)
-    for r in rounds:
-        if r.id == round_id:
-            return r
-    raise ValueError(f"params.yaml: no round with id {round_id} in rounds {[r.id for r in rounds]}")
-
-
-def checkpoint_of(agent: str, round_id: int) -> Path:
-    """Where round ``round_id``'s agent lives: models/reason_<r> or models/search_<r>."""
-    return Path("models") / f"{agent}_{round_id}"
-
-
-def limit_claims(table: pa.Table, n: int) -> pa.Table:
-    """At most ``n`` claims (0 = all), taken round-robin over (label, hops) strata to keep balance."""
-    if n <= 0 or table.num_rows <= n:
-        return table
-    strata: dict = {}
-    for i, key in enumerate(zip(table.column("label").to_pylist(), table.column("num_hops").to_pylist())):
-        strata.setdefault(key, []).append(i)
-    queues = [rows for _, rows in sorted(strata.items(), key=lambda kv: str(kv[0]))]
-    picked: list[int] = []
-    while len(picked) < n:
-        for q in queues:
-            if q and len(picked) < n:
-                picked.append(q.pop(0))
-    return table.take(sorted(picked))
 
 
 def evidence_passages(passages_file: Path, claims: pa.Table) -> dict[str, str]:
@@ -127,45 +95,6 @@ def cached_rollouts(claims: list[dict], rollout_fn: RolloutFn, path: Path) -> li
 
 
 # --------------------------------------------------------------------------------------------
-# the teacher
-# --------------------------------------------------------------------------------------------
-
-
-def prompt_hash() -> str:
-    """sha256 of the pseudo-answer prompt: the signature's messages for a fixed probe item."""
-    from factrl.llm import signatures
-
-    probe = {"claim": "C", "label": "SUPPORTS", "evidence": ["E"], "question": "Q"}
-    render = getattr(signatures, "pseudo_qa_messages", None)
-    if render is not None:
-        blob = json.dumps(render(probe), sort_keys=True)
-    else:  # no renderer exposed: the signature module's source determines the prompt
-        import inspect
-
-        blob = inspect.getsource(signatures)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def teacher_llm(params: TeacherParams, concurrency: int = 16) -> Iterator:
-    """The teacher backend named in params (the server one runs only inside the block)."""
-    if params.backend == "local":
-        from factrl.llm.local import LocalLLM
-
-        yield LocalLLM(params.model, bf16=params.bf16)
-        return
-    from factrl.llm.openai_compat import OpenAICompatLLM
-
-    if params.backend == "server":
-        with spawn_server(params.model, bf16=params.bf16) as url:
-            yield OpenAICompatLLM(params.model, base_url=url, concurrency=concurrency)
-        return
-    # the key is read from the environment by the client; it is never stored or logged here
-    yield OpenAICompatLLM(params.model, base_url=params.base_url or None, api_key_env=params.api_key_env,
-                          concurrency=concurrency, price_per_mtok=tuple(params.price_per_mtok))
-
-
-# --------------------------------------------------------------------------------------------
 # the round
 # --------------------------------------------------------------------------------------------
 
@@ -183,7 +112,7 @@ def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParam
     questions_asked = cached_rollouts(records, rollout_fn, work_dir / f"rollouts-{key.hexdigest()[:20]}.json")
     picked = synthesis.sample_questions([r["id"] for r in records], questions_asked, rnd.questions, params.seed)
     work, unasked = synthesis.build_items(records, picked, passages)
-    p_hash = p_hash or prompt_hash()
+    p_hash = p_hash or pseudo_qa_prompt_hash()
     if answer_fn is None:
         import dataclasses
         import functools
@@ -237,11 +166,11 @@ def main(round_id: str, params_file: str = "params.yaml", out: Path = Path("qa")
     if not segment_file.exists():
         raise FileNotFoundError(f"{segment_file}: no such curriculum piece (round {rnd.id} asks for segment "
                                 f"{rnd.segment!r}; check curriculum.segments)")
-    claims = limit_claims(validate(pq.read_table(segment_file), CLAIMS, str(segment_file)), params.max_claims)
+    claims = balanced_subset(validate(pq.read_table(segment_file), CLAIMS, str(segment_file)), params.max_claims)
     reasoner, searcher = str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.prev))
     rollout_fn = haris_rollout_fn(reasoner, searcher, Path("index"), params, rnd.questions)
     work_dir = cache_dir() / "synthesize" / f"r{rnd.id}"
-    with teacher_llm(params.teacher, concurrency=params.batch_size * params.concurrency) as teacher:
+    with open_teacher(params.teacher, concurrency=params.batch_size * params.concurrency) as teacher:
         qa, rejected, summary = synthesize_round(
             claims, rnd, params, rollout_fn=rollout_fn, teacher=teacher, agent_checkpoint=reasoner,
             passages=evidence_passages(Path("data/passages.parquet"), claims), work_dir=work_dir,

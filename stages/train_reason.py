@@ -12,6 +12,7 @@ in checkpoints/reason_r<id> (DVC ``persist``) for resuming after a kill.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import pyarrow.parquet as pq
 
 from factrl.config import ReasonTrainParams, load_section
 from factrl.data.schemas import CLAIMS, validate
+from factrl.data.splits import balanced_subset
+from factrl.llm.backends import open_llm
 from factrl.rl import rounds
 
 
@@ -32,8 +35,8 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     retriever_tool = rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = rounds.reasoning_rollout_params(params)
     served = rounds.served_search_params(params)
-    with (rounds.search_llm_for(search_model, params.search_backend, bf16=params.bf16)
-          if search_llm is None else _given(search_llm)) as llm:
+    with (open_llm(search_model, params.search_backend, bf16=params.bf16)
+          if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = rounds.search_agent_tool(llm, retriever_tool, served)
 
         def make_fns(policy):
@@ -46,24 +49,10 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-class _given:
-    """A context manager yielding an LLM the caller already holds."""
-
-    def __init__(self, llm):
-        self.llm = llm
-
-    def __enter__(self):
-        return self.llm
-
-    def __exit__(self, *exc):
-        return False
-
-
 def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
     from factrl.retrieval.index import Retriever
-    from stages.synthesize import checkpoint_of, find_round, limit_claims
 
-    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    rnd = rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
     params: ReasonTrainParams = load_section("train", params_file).reasoning
     segment_file = Path("segments") / f"{rnd.segment}.parquet"
     if not segment_file.exists():
@@ -71,11 +60,11 @@ def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
                                 f"{rnd.segment!r}; check curriculum.segments)")
     claims = validate(pq.read_table(segment_file), CLAIMS, str(segment_file))
     if params.max_prompts:  # keep the (label, hops) balance when only a few claims are used
-        claims = limit_claims(claims, params.max_prompts)
+        claims = balanced_subset(claims, params.max_prompts)
     result = train_reason(
-        claims, str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.id)),
+        claims, str(rounds.checkpoint_of("reason", rnd.prev)), str(rounds.checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
+        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=rounds.checkpoint_of("reason", rnd.id),
         metrics_path=Path("metrics") / "train" / f"reason_r{rnd.id}.csv")
     print(rounds.summary_line(f"train_reason@{rnd.id}", result))
     return result

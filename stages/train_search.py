@@ -54,15 +54,14 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
 
 def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
     from factrl.retrieval.index import Retriever
-    from stages.synthesize import checkpoint_of, find_round
 
-    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    rnd = rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
     params: SearchTrainParams = load_section("train", params_file).search
     qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
     qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
     result = train_search(
-        qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
+        qa, str(rounds.checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
+        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=rounds.checkpoint_of("search", rnd.id),
         metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
     print(rounds.summary_line(f"train_search@{rnd.id}", result))
     return result

@@ -102,8 +102,9 @@ class IndexParams:
 
     embedder: ``minilm`` (offline MiniLM-L6), ``e5-nano`` (offline 4-bit multilingual-e5-small,
         the HARIS paper's retriever) or ``e5-hub`` (intfloat/multilingual-e5-small, needs network).
-    faiss_type: ``flat`` (exact), ``hnsw``, ``hnsw_sq8`` (HNSW over 8-bit vectors: a quarter of
-        the memory, faster) or ``ivfpq`` (approximate, for large corpora).
+    faiss_type: ``flat`` (exact), ``hnsw`` (graph), ``hnsw_sq8`` (graph over 8-bit codes with
+        exact re-ranking: ~2x the speed of hnsw at the same recall) or ``ivfpq`` (compressed,
+        for corpora that do not fit in memory as floats).
     bm25: also build the BM25 index (needed for ``bm25`` and ``hybrid`` search).
     chunk_size: passages embedded per resumable chunk.
     """

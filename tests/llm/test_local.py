@@ -30,6 +30,15 @@ def test_protocol_and_batch_matches_generate(local_llm):
     assert solo.token_ids == batched[1][0].token_ids and solo.prompt_tokens == len(ids)
 
 
+def test_ignore_eos_generates_exactly_max_tokens(local_llm):
+    """Q1 ends (EOS) well inside the budget; with ignore_eos it runs to the budget, same prefix."""
+    short = local_llm.chat([Q1], SamplingParams(max_tokens=40))[0][0]
+    assert short.finish_reason == "stop" and short.completion_tokens < 40
+    full = local_llm.chat([Q1], SamplingParams(max_tokens=40, ignore_eos=True))[0][0]
+    assert full.completion_tokens == 40 and full.finish_reason == "length"
+    assert full.token_ids[: short.completion_tokens] == short.token_ids
+
+
 def test_stop_strings(local_llm):
     base = local_llm.chat([Q2], SamplingParams(max_tokens=20))[0][0].text
     assert "2." in base

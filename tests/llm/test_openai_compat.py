@@ -110,3 +110,34 @@ def test_non_transient_error_not_retried(serve_app):
     with pytest.raises(openai.BadRequestError):
         client.chat([[{"role": "user", "content": "x"}]], SamplingParams())
     assert len(hits) == 1
+
+
+def test_failed_request_keeps_the_batch_answers_that_arrived(serve_app, tmp_path):
+    """One request of a batch fails for good: the others are cached anyway, so the rerun (after
+    the fault is gone) sends exactly the one request that failed."""
+    state = {"broken": True, "sent": []}
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        content = body["messages"][-1]["content"]
+        state["sent"].append(content)
+        if state["broken"] and content == "item 3":
+            return JSONResponse({"error": {"message": "bad request"}}, 400)
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": f"echo {content}"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+
+    client = OpenAICompatLLM("m", base_url=serve_app(app), api_key="k", concurrency=2)
+    convs = [[{"role": "user", "content": f"item {i}"}] for i in range(6)]
+    import openai
+
+    with pytest.raises(openai.BadRequestError):
+        CachedLLM(client, DiskCache(tmp_path / "c.sqlite")).chat(convs, SamplingParams(max_tokens=4))
+    assert sorted(state["sent"]) == [f"item {i}" for i in range(6)]  # the rest were still answered
+    state["broken"], state["sent"] = False, []
+    out = CachedLLM(client, DiskCache(tmp_path / "c.sqlite")).chat(convs, SamplingParams(max_tokens=4))
+    assert state["sent"] == ["item 3"]
+    assert [o[0].text for o in out] == [f"echo item {i}" for i in range(6)]

@@ -49,6 +49,11 @@ def test_stop_reason_reported(local_llm, serve_app):
     assert bare.text == out.text[: -len("Paris")]
 
 
+def test_params_from_request_reads_vllm_ignore_eos():
+    assert params_from_request({"messages": [], "ignore_eos": True}).ignore_eos
+    assert not params_from_request({"messages": []}).ignore_eos
+
+
 def test_params_from_request_defaults():
     p = params_from_request({"messages": [], "stop": "x", "max_tokens": 5})
     assert p.stop == ("x",) and p.max_tokens == 5 and p.temperature == 1.0 and p.n == 1

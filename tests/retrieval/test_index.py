@@ -90,14 +90,18 @@ def test_ivfpq_needs_enough_passages(passages_path, tmp_path):
         build_index(passages_path, tmp_path, embedder="minilm", faiss_type="ivfpq", bm25=False)
 
 
-def test_hnsw_sq8_index_finds_gold_and_is_smaller(passages_path, tmp_path, questions):
-    """The 8-bit HNSW variant answers like the exact index and stores ~1 byte per dimension."""
+def test_hnsw_sq8_index_finds_gold_with_exact_scores(passages_path, tmp_path, questions):
+    """The 8-bit graph with exact re-ranking answers like the exact index, with exact scores;
+    efSearch reaches the graph through the re-ranking wrapper."""
     sq8, flat = tmp_path / "sq8", tmp_path / "flat"
     build_index(passages_path, sq8, embedder="minilm", faiss_type="hnsw_sq8", bm25=False)
-    build_index(passages_path, flat, embedder="minilm", faiss_type="hnsw", bm25=False)
-    assert Retriever(sq8, "dense").manifest["faiss_type"] == "hnsw_sq8"
-    assert _top1(Retriever(sq8, "dense"), questions) == [gold for _, gold in questions]
-    assert (sq8 / "dense.faiss").stat().st_size < (flat / "dense.faiss").stat().st_size
+    build_index(passages_path, flat, embedder="minilm", faiss_type="flat", bm25=False)
+    approx = Retriever(sq8, "dense", ef_search=32)
+    assert approx.manifest["faiss_type"] == "hnsw_sq8" and index_mod.hnsw_of(approx.faiss).efSearch == 32
+    assert _top1(approx, questions) == [gold for _, gold in questions]
+    got = approx.search([q for q, _ in questions], k=1)
+    want = Retriever(flat, "dense").search([q for q, _ in questions], k=1)
+    np.testing.assert_allclose([h[0].score for h in got], [h[0].score for h in want], rtol=1e-5)
 
 
 def test_unknown_faiss_type():
@@ -140,10 +144,15 @@ def test_maxscore_bm25_matches_bm25s_exhaustive_scores(tmp_path):
     model.index(bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False),
                 show_progress=False)
     postings = index_mod.BM25Postings.from_bm25s(model)
+    assert postings.num_docs == 2000
+    scratch = np.zeros(postings.num_docs, dtype=np.float32)  # reused across queries, as Retriever does
     for q in ["directed name7", "film born name12 name99", "album", "released city name250"]:
         tokens = bm25s.tokenize([q], stopwords="en", return_ids=False, show_progress=False)
         ref_docs, ref_scores = model.retrieve(tokens, k=5, show_progress=False)
-        got = index_mod.bm25_top_k(postings, [model.vocab_dict[t] for t in set(tokens[0])], 5)
+        terms = [model.vocab_dict[t] for t in set(tokens[0])]
+        got = index_mod.bm25_top_k(postings, terms, 5, scratch)
+        assert not scratch.any()  # handed back zeroed
+        assert got == index_mod.bm25_top_k(postings, terms, 5)
         np.testing.assert_allclose([s for _, s in got], ref_scores[0], rtol=1e-5)
         # ties may be ordered differently; the documents with a strictly higher score may not
         assert {d for d, s in got if s > ref_scores[0][-1] + 1e-4} <= set(ref_docs[0].tolist())

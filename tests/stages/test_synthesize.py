@@ -11,9 +11,11 @@ import threading
 import pytest
 
 from factrl.config import RoundParams, SynthesizeParams, WorldParams
+from factrl.data.splits import balanced_subset
 from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
+from factrl.rl.rounds import find_round
 from flows.synthesize import TeacherBatchError
 from stages import synthesize as stage
 
@@ -165,10 +167,10 @@ def test_kill_midway_then_rerun_loses_nothing_and_repeats_no_call(claims, tmp_pa
 
 def test_round_chain_and_limit(claims):
     rounds = (RoundParams(1, 0, "all", "first"), RoundParams(2, 1, "seg1"), RoundParams(3, 2, "seg2"))
-    assert stage.find_round(rounds, 3).segment == "seg2"
+    assert find_round(rounds, 3).segment == "seg2"
     with pytest.raises(ValueError, match="prev 5 is not an earlier round"):
-        stage.find_round(rounds + (RoundParams(4, 5, "seg3"),), 4)
-    small = stage.limit_claims(claims, 8)
+        find_round(rounds + (RoundParams(4, 5, "seg3"),), 4)
+    small = balanced_subset(claims, 8)
     assert small.num_rows == 8
     labels = small.column("label").to_pylist()
     assert labels.count("SUPPORTS") == labels.count("REFUTES") == 4

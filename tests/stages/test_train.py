@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from factrl.config import ReasonTrainParams, SearchTrainParams, WorldParams
+from factrl.llm.backends import open_llm
 from factrl.rl import rounds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,7 +255,7 @@ def test_search_agent_served_over_http_answers_questions(world, retriever, tmp_p
     tiny_model(tok).save_pretrained(tmp_path / "search_1")
     tok.save_pretrained(tmp_path / "search_1")
     p = ReasonTrainParams(**dict(SHORT, search_max_new_tokens=8))
-    with rounds.search_llm_for(str(tmp_path / "search_1"), "server", bf16=False) as llm:
+    with open_llm(str(tmp_path / "search_1"), "server") as llm:
         assert type(llm).__name__ == "OpenAICompatLLM"
         tool = rounds.search_agent_tool(llm, rounds.RetrieverTool(retriever, k=2), rounds.served_search_params(p))
         answers = tool(["Who founded Orlen Studios?", ""])

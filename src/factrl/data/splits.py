@@ -45,3 +45,19 @@ def _largest_remainder(total: int, fractions: tuple[float, ...]) -> list[int]:
     for i in order[: total - sum(counts)]:
         counts[i] += 1
     return counts
+
+
+def balanced_subset(table: pa.Table, n: int) -> pa.Table:
+    """At most ``n`` claims (0 = all), taken round-robin over (label, hops) strata to keep balance."""
+    if n <= 0 or table.num_rows <= n:
+        return table
+    strata: dict = {}
+    for i, key in enumerate(zip(table.column("label").to_pylist(), table.column("num_hops").to_pylist())):
+        strata.setdefault(key, []).append(i)
+    queues = [rows for _, rows in sorted(strata.items(), key=lambda kv: str(kv[0]))]
+    picked: list[int] = []
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop(0))
+    return table.take(sorted(picked))

@@ -27,6 +27,8 @@ class SamplingParams:
     stop: generation ends at the first of these strings; the stop string is kept in the text
     (the rollout engine needs the closing tag) when ``include_stop`` is true.
     seed: makes sampled calls reproducible (and cacheable).
+    ignore_eos: keep generating past end-of-sequence until ``max_tokens`` (vLLM's option of the
+        same name; benchmarks use it to compare engines on an exact token count).
     """
 
     max_tokens: int = 256
@@ -36,6 +38,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     include_stop: bool = True
     seed: int | None = None
+    ignore_eos: bool = False
 
 
 @dataclass

@@ -69,9 +69,21 @@ class DiskCache:
         return self._conn().execute("SELECT COUNT(*) FROM completions").fetchone()[0]
 
 
+def streams_results(call: Callable) -> bool:
+    """Whether a backend's ``chat`` reports each request as it finishes (``on_result``): HTTP
+    backends do, so a batch that fails half-way still leaves its finished answers cached."""
+    import inspect
+
+    try:
+        return "on_result" in inspect.signature(call).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class CachedLLM:
     """Wrap any :class:`~factrl.llm.base.LLM`: cached inputs are served from disk, the rest are
-    sent to the inner backend in one batch. Non-reproducible calls pass straight through."""
+    sent to the inner backend in one batch. Non-reproducible calls pass straight through. With a
+    backend that streams results, each answer is stored the moment it arrives."""
 
     def __init__(self, inner, cache: DiskCache | None = None):
         self.inner = inner
@@ -97,8 +109,15 @@ class CachedLLM:
         self.hits += len(items) - len(missing)
         self.misses += len(missing)
         if missing:
-            fresh = call([items[i] for i in missing], params)
+            if streams_results(call):
+                def store(j: int, comps: list[Completion]) -> None:
+                    self.cache.put(keys[missing[j]], comps)
+
+                fresh = call([items[i] for i in missing], params, on_result=store)
+            else:
+                fresh = call([items[i] for i in missing], params)
+                for i, comps in zip(missing, fresh):
+                    self.cache.put(keys[i], comps)
             for i, comps in zip(missing, fresh):
-                self.cache.put(keys[i], comps)
                 results[i] = comps
         return results  # type: ignore[return-value]

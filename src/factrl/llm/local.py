@@ -389,7 +389,7 @@ class LocalLLM:
         longest stop string), so the per-token cost does not grow with the output length; the text
         before the tail was already searched at earlier steps.
         """
-        if tok in self.eos_ids:
+        if tok in self.eos_ids and not params.ignore_eos:
             reasons[i] = "stop"
             return True
         out[i].append(tok)

@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import openai
@@ -91,27 +91,42 @@ class OpenAICompatLLM:
         return f"OpenAICompatLLM(model={self.model_name!r}, base_url={self.base_url!r})"
 
     # ---- protocol -------------------------------------------------------------------------
-    def chat(self, conversations: Sequence[Sequence[Message]], params: SamplingParams) -> list[list[Completion]]:
-        return _run_sync(self.achat(conversations, params))
+    def chat(self, conversations: Sequence[Sequence[Message]], params: SamplingParams,
+             on_result: Callable[[int, list[Completion]], None] | None = None) -> list[list[Completion]]:
+        return _run_sync(self.achat(conversations, params, on_result))
 
     def complete_tokens(self, prompts, params):
         raise TokensUnsupported(f"{self!r} is chat-only; use a LocalLLM for token-level rollouts")
 
     async def achat(
-        self, conversations: Sequence[Sequence[Message]], params: SamplingParams
+        self, conversations: Sequence[Sequence[Message]], params: SamplingParams,
+        on_result: Callable[[int, list[Completion]], None] | None = None,
     ) -> list[list[Completion]]:
-        """Send every conversation (at most ``concurrency`` in flight); results in input order."""
+        """Send every conversation (at most ``concurrency`` in flight); results in input order.
+
+        ``on_result(i, completions)`` runs as soon as request ``i`` succeeds, so a caller (the
+        disk cache) keeps every answer that arrived even when another request of the batch fails.
+        A failure is raised only after every request has finished or failed.
+        """
         client = openai.AsyncOpenAI(**self._client_args)
         sem = asyncio.Semaphore(self.concurrency)
 
-        async def one(messages):
+        async def one(i: int, messages):
             async with sem:
-                return await self._with_retries(client, messages, params)
+                comps = await self._with_retries(client, messages, params)
+            if on_result is not None:
+                on_result(i, comps)
+            return comps
 
         try:
-            return list(await asyncio.gather(*(one(list(c)) for c in conversations)))
+            out = await asyncio.gather(*(one(i, list(c)) for i, c in enumerate(conversations)),
+                                       return_exceptions=True)
         finally:
             await client.close()
+        for r in out:
+            if isinstance(r, BaseException):
+                raise r
+        return list(out)
 
     # ---- internals ------------------------------------------------------------------------
     async def _with_retries(self, client, messages, params: SamplingParams) -> list[Completion]:
@@ -139,6 +154,8 @@ class OpenAICompatLLM:
             kwargs["stop"] = list(params.stop)
         if params.seed is not None:
             kwargs["seed"] = params.seed
+        if params.ignore_eos:  # not an OpenAI field; vLLM and our server read it from the body
+            kwargs["extra_body"] = {"ignore_eos": True}
         resp = await client.chat.completions.create(**kwargs)
         if not resp.choices or len(resp.choices) != params.n:
             raise ValueError(f"expected {params.n} choices, got {len(resp.choices or [])}")

@@ -132,6 +132,7 @@ def params_from_request(body: dict) -> SamplingParams:
         stop=tuple(stop),
         include_stop=True,  # kept so that the matched string can be reported as stop_reason
         seed=body.get("seed"),
+        ignore_eos=bool(body.get("ignore_eos", False)),  # vLLM's extension, same meaning
     )
 
 

@@ -26,6 +26,9 @@ embedded SmolLM2-135M mostly answers in the expected format.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import collections
 import dataclasses
 import re
@@ -245,6 +248,14 @@ def pseudo_qa_messages(item: dict, i: int = 0) -> list[Message]:
         {"role": "assistant", "content": _QA_EXAMPLE_REPLY},
         {"role": "user", "content": user},
     ]
+
+
+def pseudo_qa_prompt_hash() -> str:
+    """sha256 (16 hex digits) of the pseudo-answer prompt, rendered for a fixed probe item: it
+    changes whenever the instructions, the example or the layout change (recorded as provenance)."""
+    probe = {"claim": "C", "label": "SUPPORTS", "evidence": ["E"], "question": "Q"}
+    blob = json.dumps(pseudo_qa_messages(probe), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 _NONE_ANSWERS = {"none", "no answer", "n/a", "unanswerable"}

@@ -18,13 +18,12 @@ final policy saved in Hugging Face format with an atomic rename.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import pyarrow as pa
 from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
-from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, SearchTrainParams
+from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, RoundParams, SearchTrainParams
 from factrl.io import atomic_path
 from factrl.rewards.registry import get_reward
 
@@ -150,28 +149,22 @@ def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: Rollout
     return SearchAgentTool(run, keep_history=False)
 
 
-@contextlib.contextmanager
-def served_llm(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Iterator[Any]:
-    """``factrl serve-llm`` for ``model`` on a free loopback port, as an OpenAI-compatible client
-    (chat-only: rollouts through it run as conversations). The server stops when the block ends."""
-    from factrl.llm.openai_compat import OpenAICompatLLM
-    from factrl.llm.serve import spawn_server
+def find_round(rounds: Sequence[RoundParams], round_id: int) -> RoundParams:
+    """The round ``round_id``, after checking the rounds chain (each starts from the one before)."""
+    prev_ids = {0}
+    for i, r in enumerate(rounds):
+        if r.prev not in prev_ids:
+            raise ValueError(f"params.yaml: rounds[{i}] (id {r.id}): prev {r.prev} is not an earlier round")
+        prev_ids.add(r.id)
+    for r in rounds:
+        if r.id == round_id:
+            return r
+    raise ValueError(f"params.yaml: no round with id {round_id} in rounds {[r.id for r in rounds]}")
 
-    with spawn_server(model, bf16=bf16, timeout=timeout) as url:
-        # the local server checks no key, but the openai client insists on a non-empty one
-        yield OpenAICompatLLM(model, base_url=url, api_key="local", concurrency=64)
 
-
-@contextlib.contextmanager
-def search_llm_for(model_dir: str, backend: str, *, bf16: bool) -> Iterator[Any]:
-    """L_r as an LLM: in-process (LocalLLM) or behind the local OpenAI-compatible server."""
-    if backend == "server":
-        with served_llm(model_dir, bf16=bf16) as llm:
-            yield llm
-        return
-    from factrl.llm.local import LocalLLM
-
-    yield LocalLLM(model_dir, bf16=bf16)
+def checkpoint_of(agent: str, round_id: int) -> Path:
+    """Where round ``round_id``'s agent lives: models/reason_<r> or models/search_<r>."""
+    return Path("models") / f"{agent}_{round_id}"
 
 
 # --------------------------------------------------------------------------------------------
