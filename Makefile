@@ -41,7 +41,7 @@ setup: $(BIN)/.installed
 demo: setup
 	$(BIN)/dvc repro
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
-	@echo "training (last step of each run):"; for f in metrics/train/*.csv; do echo "$$f: $$(tail -n 1 $$f | cut -c1-160)"; done 2>/dev/null || true
+	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
 
 # More data and steps, 2-hop claims first (profiles/long.yaml merged into params.yaml; at most ~3 h).
 # `git checkout params.yaml` returns to the demo profile.
@@ -49,6 +49,7 @@ demo-long: setup
 	$(BIN)/factrl profile long
 	$(BIN)/dvc repro
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
+	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
 
 test: setup
 	$(BIN)/python -m pytest

@@ -133,7 +133,7 @@ def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int, block: int = 10
 def sweep_ef(index, queries: np.ndarray, exact: np.ndarray, repeats: int) -> dict:
     """Raise efSearch until recall vs exact reaches 0.95; qps and recall at each value tried."""
     out: dict = {}
-    for ef in (32, 64, 96, 128, 192, 256):
+    for ef in (32, 48, 64, 80, 96, 128, 192, 256):
         hnsw_of(index).efSearch = ef
         _, got = index.search(queries, K)
         recall = float(np.mean([len(set(a) & set(b)) / K for a, b in zip(exact, got)]))

@@ -8,6 +8,7 @@
     factrl traces ROLLOUTS.parquet -o traces.html   a static page to browse rollouts (factrl.eval.traces)
     factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
     factrl profile tiny|long|paper      merge profiles/<name>.yaml into params.yaml (factrl.profiles)
+    factrl train-summary [DIR]          how reward / format validity moved in metrics/train (factrl.rl.curves)
 
 Sub-commands import their module lazily, so `factrl --help` stays fast.
 """
@@ -29,6 +30,7 @@ COMMANDS = {
     "evaluate": ("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
     "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
     "profile": ("factrl.profiles", "apply a params profile from profiles/ (tiny, long, paper) to params.yaml"),
+    "train-summary": ("factrl.rl.curves", "first vs second half of each training curve in metrics/train"),
 }
 
 
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         # the command is run from there, as `dvc repro` is.
         sys.path.insert(0, ".")
     module = importlib.import_module(COMMANDS[args.command][0])
-    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile"}:
+    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile", "train-summary"}:
         return module.main(argv[1:]) or 0
     module.main(*argv[1:2])
     return 0

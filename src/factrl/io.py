@@ -18,6 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+# Read once at import (reading it means setting it, which is not thread-safe later on).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -28,6 +33,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.is_file():
+            # mkstemp makes the file owner-only; give the result the permissions any new file gets
+            tmp_path.chmod(0o666 & ~_UMASK)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
