@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-BACKENDS = ("local", "server", "openai")
+BACKENDS = ("local", "inprocess", "server", "openai")  # inprocess: another name for local
 
 
 @contextlib.contextmanager
@@ -24,7 +24,7 @@ def open_llm(model: str, backend: str, *, bf16: bool = False, concurrency: int =
     backends); base_url, api_key_env and price_per_mtok configure the ``openai`` backend, whose
     key is read from the environment by the client and never stored or logged here.
     """
-    if backend == "local":
+    if backend in ("local", "inprocess"):
         from factrl.llm.local import LocalLLM
 
         yield LocalLLM(model, bf16=bf16)
