@@ -27,10 +27,11 @@ def test_format_hits_escapes_tags():
 
 
 def test_search_agent_tool_returns_reports_and_keeps_history():
-    def run(questions):
-        return [SimpleNamespace(report=f"report on {q}" if "good" in q else None, retrieved=["Doc 1 (X) fact"])
-                for q in questions]
-    tool = SearchAgentTool(run)
+    def search_loop(question, stream):
+        yield from ()  # a search agent that needs no model turn
+        return SimpleNamespace(report=f"report on {question}" if "good" in question else None,
+                               retrieved=["Doc 1 (X) fact"])
+    tool = SearchAgentTool(search_loop)
     assert tool.stop_tag == "</question>"
     out = tool(["good question?", "bad question?", ""])
     assert out == ["report on good question?", "Doc 1 (X) fact", NO_QUERY]

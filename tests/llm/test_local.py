@@ -58,15 +58,49 @@ def test_n_samples_seeded(local_llm):
     assert len({tuple(c.token_ids) for x in a for c in x}) > 1
 
 
-def test_bf16_autocast_runs(local_llm):
+def test_bf16_engine_copy_follows_weight_updates(local_llm):
+    """bf16=True on fp32 weights decodes with a bf16 copy, re-synced after an in-place update."""
+    import copy
+
     from factrl.llm.local import LocalLLM
 
-    bf = LocalLLM(model_obj=local_llm.model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
-    out = bf.chat([Q1], SamplingParams(max_tokens=6))[0][0]
-    assert out.completion_tokens > 0 and out.text
+    model = copy.deepcopy(local_llm.model)
+    bf = LocalLLM(model_obj=model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
+    assert next(model.parameters()).dtype == torch.float32  # the weights of record stay fp32
+    assert next(bf._engine_model.parameters()).dtype == torch.bfloat16
+    params = SamplingParams(max_tokens=8)
+    before = bf.chat([Q2], params)[0][0]
+    assert before.completion_tokens > 0 and before.text
     # a continuation reuses the bf16 states cached by the first call
-    again = bf.complete_tokens([bf.encode_chat(Q1) + out.token_ids], SamplingParams(max_tokens=4))[0][0]
+    again = bf.complete_tokens([bf.encode_chat(Q2) + before.token_ids], SamplingParams(max_tokens=4))[0][0]
     assert again.completion_tokens > 0 and bf.stats["prefilled_tokens"] < bf.stats["prompt_tokens"]
+    torch.manual_seed(0)
+    with torch.no_grad():  # an optimizer step
+        for p in model.model.layers[:6].parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    after = bf.chat([Q2], params)[0][0].token_ids
+    reference = LocalLLM(model_obj=copy.deepcopy(model).to(torch.bfloat16), tokenizer=local_llm.tokenizer,
+                         bf16=True, model_name="ref", prefix_cache_bytes=0)
+    assert after == reference.chat([Q2], params)[0][0].token_ids != before.token_ids
+
+
+def test_rows_join_a_running_batch(local_llm):
+    """Continuous batching: a request submitted while another decodes joins the running batch
+    (its cache left-padded to the batch's width) and both decode exactly what each decodes alone."""
+    llm = _llm(local_llm, prefix_cache_bytes=0)
+    params = SamplingParams(max_tokens=12)
+    alone = [llm.chat([q], params)[0][0].token_ids for q in (Q1, Q2)]
+    first = llm.submit(llm.encode_chat(Q2), params)
+    for _ in range(4):
+        llm.step()
+    assert not first.done and len(first.out) == 4
+    steps, rows = llm.stats["decode_steps"], llm.stats["decoded_rows"]
+    second = llm.submit(llm.encode_chat(Q1), params)
+    while not (first.done and second.done):
+        llm.step()
+    assert llm.stats["decoded_rows"] - rows > llm.stats["decode_steps"] - steps  # some steps ran both rows
+    assert [second.completion.token_ids, first.completion.token_ids] == alone
+    assert llm._batch is None and not llm._waiting
 
 
 def test_finished_rows_leave_the_batch(local_llm):

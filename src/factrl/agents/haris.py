@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
-from factrl.agents.rollout import RolloutParams, Trajectory, run_rollouts
+from factrl.agents.loop import AgentLoop, run_loops
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.llm.base import Message
 
@@ -124,14 +125,21 @@ def _prompt_ids(llm, conversations: list[list[Message]]) -> list[list[int]]:
     return [encode(c) for c in conversations] if encode is not None else []
 
 
+def search_agent_loop(llm, question: str, retriever_tool: RetrieverTool, params: RolloutParams | None = None,
+                      stream: int = 0) -> AgentLoop[SearchResult]:
+    """One search-agent rollout for ``question`` (top-k retrieval behind ``</search>``), as an agent loop."""
+    conv = search_messages(question)
+    ids = _prompt_ids(llm, [conv])
+    traj = yield from agent_loop(llm, ids[0] if ids else None, conv, retriever_tool,
+                                 params or default_search_params(), stream=stream)
+    return SearchResult(question, traj, parse_search(traj.response_text))
+
+
 def run_search_agent(llm, questions: list[str], retriever_tool: RetrieverTool,
                      params: RolloutParams | None = None, n: int = 1) -> list[SearchResult]:
     """``n`` search-agent rollouts per question (question-major), each with top-k retrieval."""
-    params = params or default_search_params()
-    convs = [search_messages(q) for q in questions]
-    trajs = run_rollouts(llm, _prompt_ids(llm, convs), retriever_tool, params, n=n, messages=convs)
-    qs = [q for q in questions for _ in range(n)]
-    return [SearchResult(q, t, parse_search(t.response_text)) for q, t in zip(qs, trajs)]
+    return run_loops([search_agent_loop(llm, q, retriever_tool, params, stream=i * n + j)
+                      for i, q in enumerate(questions) for j in range(n)])
 
 
 class Haris:
@@ -144,10 +152,10 @@ class Haris:
         self.retriever_tool = retriever if isinstance(retriever, RetrieverTool) else RetrieverTool(retriever, k=k)
         self.reason_params = reason_params or default_reasoning_params()
         self.search_params = search_params or default_search_params()
-        self.search_tool = SearchAgentTool(self._search)
+        self.search_tool = SearchAgentTool(self._search_loop)
 
-    def _search(self, questions: list[str]) -> list[SearchResult]:
-        return run_search_agent(self.search_llm, questions, self.retriever_tool, self.search_params)
+    def _search_loop(self, question: str, stream: int) -> AgentLoop[SearchResult]:
+        return search_agent_loop(self.search_llm, question, self.retriever_tool, self.search_params, stream)
 
     def verify(self, claims: list[str], n: int = 1) -> list[HarisResult]:
         """``n`` HARIS rollouts per claim (claim-major)."""

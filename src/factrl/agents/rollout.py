@@ -1,12 +1,14 @@
-"""Batched multi-turn rollouts: generate until an action tag, call the tool for the batch, inject.
+"""Multi-turn rollouts: generate until an action tag, call the tool, inject its answer, go on.
 
-One step of :func:`run_rollouts` generates for every live sequence at once until each one stops
-(the tool's closing tag such as ``</search>``, a final tag such as ``</report>``, EOS, or the
-token budget). Every sequence that stopped on the tool's tag is paused; the tool answers all of
-their queries in one batched call; each answer is wrapped in ``<result>...</result>`` and appended;
-the loop repeats until no sequence is live.
+Each trajectory is one agent loop (:func:`agent_loop`): it generates until it stops (the tool's
+closing tag such as ``</search>``, a final tag such as ``</report>``, EOS, or the token budget);
+when it stopped on the tool's tag, the tool answers its query, the answer is wrapped in
+``<result>...</result>`` and appended, and the loop generates again. :func:`run_rollouts` runs
+every trajectory through :func:`factrl.agents.loop.run_loops`, which batches their generation
+requests on a shared engine (rows join and leave the running batch between decode steps) and
+their tool calls (one batched call per tool), so no trajectory waits for the others' turns.
 
-Token ids (the local engine, ``llm.complete_tokens``): the response is the exact concatenation of
+Token ids (token-level engines such as :class:`~factrl.llm.local.LocalLLM`): the response is the exact concatenation of
 the ids the policy sampled (loss mask 1; the EOS token is appended with mask 1 when the model
 stopped by EOS, so training teaches it to stop) and the ids of the injected results (mask 0). The
 model conditions on precisely these ids, so the mask and the log-probs are exact.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from factrl.agents.loop import AgentLoop, CallTool, Generate, run_loops
 from factrl.agents.tools import Tool, open_tag
 from factrl.llm.base import Message, SamplingParams, TokensUnsupported
 
@@ -163,80 +166,65 @@ def _after_turn(s: _State, text: str, stopped: bool, tool: Tool | None, params: 
     s.end("stop" if stopped else "length")
 
 
-def _sampling(params: RolloutParams, max_tokens: int, stops, step: int) -> SamplingParams:
+def _sampling(params: RolloutParams, max_tokens: int, stops, turn: int) -> SamplingParams:
     return SamplingParams(
         max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p, stop=stops,
-        include_stop=True, seed=None if params.seed is None else params.seed + step,
+        include_stop=True, seed=None if params.seed is None else params.seed + turn,
     )
 
 
-def _call_tool(states: list[_State], tool: Tool) -> list[tuple[_State, str]]:
-    paused = [s for s in states if s.pending is not None and not s.done]
-    if not paused:
-        return []
-    answers = tool([s.pending for s in paused])
-    if len(answers) != len(paused):
-        raise RuntimeError(f"tool {getattr(tool, 'name', tool)!r} returned {len(answers)} answers for {len(paused)} queries")
-    for s, a in zip(paused, answers):
-        s.queries.append(s.pending)
-        s.results.append(a)
-        s.pending = None
-        s.calls += 1
-    return list(zip(paused, answers))
+def _use_tool(tool: Tool, s: _State) -> AgentLoop[str]:
+    """Answer the paused query: a tool with a ``loop`` (an agent, e.g. the search agent) runs
+    inside this trajectory's loop; any other tool is called in a batch by the scheduler."""
+    query = s.pending
+    nested = getattr(tool, "loop", None)
+    answer = (yield from nested(query)) if nested is not None else (yield CallTool(tool, query))
+    s.queries.append(query)
+    s.results.append(answer)
+    s.pending = None
+    s.calls += 1
+    return answer
 
 
-def _token_step(llm, live: list[_State], tool, params: RolloutParams, tokenizer, step: int) -> None:
-    """One generation turn for every live sequence, grouped by remaining token budget."""
+def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams, stream: int,
+                tokenizer) -> AgentLoop[Trajectory]:
+    s = _State(prompt=list(prompt))
+    if params.response_prefix:
+        ids = _encode(tokenizer, params.response_prefix)
+        s.response, s.mask = list(ids), [0] * len(ids)
+        s.turns.append(("env", tokenizer.decode(ids)))
     stops = _stops(tool, params)
-    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    groups: dict[int, list[_State]] = {}
-    for s in live:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    turn = 0
+    while not s.done:
         room = params.max_context_tokens - len(s.prompt) - len(s.response)
         if room <= 0:
             s.end("length")
-            continue
-        groups.setdefault(min(params.max_new_tokens, room), []).append(s)
-    for budget, group in groups.items():
-        outs = llm.complete_tokens([s.prompt + s.response for s in group], _sampling(params, budget, stops, step))
-        for s, (c, *_) in zip(group, outs):
-            ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
-            text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else c.text
-            hit_stop = any(c.text.endswith(t) for t in stops)
-            by_eos = c.finish_reason == "stop" and not hit_stop
-            s.response += ids
-            s.mask += [1] * len(ids)
-            if by_eos and eos is not None and len(s.prompt) + len(s.response) < params.max_context_tokens:
-                s.response.append(eos)
-                s.mask.append(1)
-            s.turns.append(("model", text))
-            _after_turn(s, c.text, c.finish_reason == "stop", tool, params)
-
-
-def _run_tokens(llm, prompts_ids, tool, params, n, tokenizer) -> list[Trajectory]:
-    if tokenizer is None:
-        raise ValueError("token-level rollouts need a tokenizer (pass tokenizer= or use an LLM with .tokenizer)")
-    states = [_State(prompt=list(p)) for p in prompts_ids for _ in range(n)]
-    if params.response_prefix:
-        ids = _encode(tokenizer, params.response_prefix)
-        for s in states:
-            s.response, s.mask = list(ids), [0] * len(ids)
-            s.turns.append(("env", tokenizer.decode(ids)))
-    step = 0
-    while True:
-        live = [s for s in states if not s.done]
-        if not live:
             break
-        _token_step(llm, live, tool, params, tokenizer, step)
-        step += 1
-        for s, answer in _call_tool(states, tool) if tool is not None else []:
-            ids, text = _result_ids(tokenizer, answer, params)
-            if len(s.prompt) + len(s.response) + len(ids) >= params.max_context_tokens:
-                s.end("length")
-                continue
-            s.response += ids
-            s.mask += [0] * len(ids)
-            s.turns.append(("env", text))
-    return [s.trajectory() for s in states]
+        c = yield Generate(llm, _sampling(params, min(params.max_new_tokens, room), stops, turn),
+                           prompt_ids=s.prompt + s.response, stream=stream)
+        turn += 1
+        ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
+        hit_stop = any(c.text.endswith(t) for t in stops)
+        s.response += ids
+        s.mask += [1] * len(ids)
+        by_eos = c.finish_reason == "stop" and not hit_stop
+        if by_eos and eos is not None and len(s.prompt) + len(s.response) < params.max_context_tokens:
+            s.response.append(eos)  # trained with mask 1, so the policy learns to stop
+            s.mask.append(1)
+        s.turns.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
+        _after_turn(s, c.text, c.finish_reason == "stop", tool, params)
+        if s.pending is None:
+            continue
+        answer = yield from _use_tool(tool, s)
+        ids, text = _result_ids(tokenizer, answer, params)
+        if len(s.prompt) + len(s.response) + len(ids) >= params.max_context_tokens:
+            s.end("length")
+            break
+        s.response += ids
+        s.mask += [0] * len(ids)
+        s.turns.append(("env", text))
+    return s.trajectory()
 
 
 def _infer_stop(text: str, stops: Sequence[str]) -> str:
@@ -249,45 +237,62 @@ def _infer_stop(text: str, stops: Sequence[str]) -> str:
     return text + best if best is not None else text
 
 
-def _run_chat(llm, messages, tool, params, n, tokenizer) -> list[Trajectory]:
-    if messages is None:
-        raise TokensUnsupported(
-            f"{llm!r} cannot continue token ids; pass messages= so the rollout can run as a chat"
-        )
+def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: RolloutParams, stream: int,
+               tokenizer) -> AgentLoop[Trajectory]:
+    ids = []
+    if tokenizer is not None:
+        ids = _encode(tokenizer, tokenizer.apply_chat_template(list(conversation), tokenize=False,
+                                                               add_generation_prompt=True))
+    s = _State(prompt=list(ids), conversation=list(conversation))
     stops = _stops(tool, params)
-    states = []
-    for conv in messages:
-        ids = []
+    turn = 0
+    while not s.done:
+        c = yield Generate(llm, _sampling(params, params.max_new_tokens, stops, turn),
+                           conversation=list(s.conversation), stream=stream)
+        turn += 1
+        text = _infer_stop(c.text, stops) if c.finish_reason == "stop" else c.text
+        ids = _encode(tokenizer, text) if tokenizer is not None else []
+        s.response += ids
+        s.mask += [1] * len(ids)
+        s.turns.append(("model", text))
+        s.conversation.append({"role": "assistant", "content": text})
+        _after_turn(s, text, c.finish_reason == "stop", tool, params)
+        if not s.done and tokenizer is not None and len(s.prompt) + len(s.response) >= params.max_context_tokens:
+            s.end("length")
+        if s.pending is None:
+            continue
+        answer = yield from _use_tool(tool, s)
         if tokenizer is not None:
-            ids = _encode(tokenizer, tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=True))
-        states += [_State(prompt=list(ids), conversation=list(conv)) for _ in range(n)]
-    step = 0
-    while True:
-        live = [s for s in states if not s.done]
-        if not live:
-            break
-        outs = llm.chat([s.conversation for s in live], _sampling(params, params.max_new_tokens, stops, step))
-        step += 1
-        for s, (c, *_) in zip(live, outs):
-            text = _infer_stop(c.text, stops) if c.finish_reason == "stop" else c.text
-            ids = _encode(tokenizer, text) if tokenizer is not None else []
-            s.response += ids
-            s.mask += [1] * len(ids)
-            s.turns.append(("model", text))
-            s.conversation.append({"role": "assistant", "content": text})
-            _after_turn(s, text, c.finish_reason == "stop", tool, params)
-            if not s.done and tokenizer is not None and len(s.prompt) + len(s.response) >= params.max_context_tokens:
-                s.end("length")
-        for s, answer in _call_tool(states, tool) if tool is not None else []:
-            if tokenizer is not None:
-                ids, text = _result_ids(tokenizer, answer, params)
-            else:
-                ids, text = [], RESULT_OPEN + answer + RESULT_CLOSE
-            s.response += ids
-            s.mask += [0] * len(ids)
-            s.turns.append(("env", text))
-            s.conversation.append({"role": "user", "content": text.strip()})
-    return [s.trajectory() for s in states]
+            ids, text = _result_ids(tokenizer, answer, params)
+        else:
+            ids, text = [], RESULT_OPEN + answer + RESULT_CLOSE
+        s.response += ids
+        s.mask += [0] * len(ids)
+        s.turns.append(("env", text))
+        s.conversation.append({"role": "user", "content": text.strip()})
+    return s.trajectory()
+
+
+def agent_loop(llm, prompt_ids: list[int] | None, conversation: Sequence[Message] | None,
+               tool: Tool | None, params: RolloutParams, *, stream: int = 0, tokenizer=None
+               ) -> AgentLoop[Trajectory]:
+    """One multi-turn trajectory as an agent loop (run it with :func:`~factrl.agents.loop.run_loops`).
+
+    Token-level when ``prompt_ids`` are given and the backend continues ids; when the backend
+    raises :class:`TokensUnsupported` at the first turn, the same trajectory runs as a chat on
+    ``conversation`` (see the module docstring). ``stream`` seeds this trajectory's sampler.
+    """
+    tokenizer = tokenizer if tokenizer is not None else getattr(llm, "tokenizer", None)
+    if prompt_ids:
+        if tokenizer is None:
+            raise ValueError("token-level rollouts need a tokenizer (pass tokenizer= or use an LLM with .tokenizer)")
+        try:
+            return (yield from _token_loop(llm, prompt_ids, tool, params, stream, tokenizer))
+        except TokensUnsupported:
+            pass  # raised at the first turn, before anything was recorded
+    if conversation is None:
+        raise TokensUnsupported(f"{llm!r} cannot continue token ids; pass messages= so the rollout can run as a chat")
+    return (yield from _chat_loop(llm, conversation, tool, params, stream, tokenizer))
 
 
 def run_rollouts(
@@ -307,12 +312,12 @@ def run_rollouts(
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    tokenizer = tokenizer if tokenizer is not None else getattr(llm, "tokenizer", None)
-    if not prompts_ids and not messages:
-        return []
-    try:
-        if not prompts_ids:
-            raise TokensUnsupported("no token-id prompts given")
-        return _run_tokens(llm, prompts_ids, tool, params, n, tokenizer)
-    except TokensUnsupported:
-        return _run_chat(llm, messages, tool, params, n, tokenizer)
+    count = len(prompts_ids) if prompts_ids else len(messages or [])
+    if messages is not None and prompts_ids and len(messages) != len(prompts_ids):
+        raise ValueError(f"{len(prompts_ids)} token prompts but {len(messages)} conversations")
+    loops = [
+        agent_loop(llm, prompts_ids[i] if prompts_ids else None, messages[i] if messages is not None else None,
+                   tool, params, stream=i * n + j, tokenizer=tokenizer)
+        for i in range(count) for j in range(n)
+    ]
+    return run_loops(loops)

@@ -7,14 +7,17 @@ one time for all of them.
 * :class:`RetrieverTool`: ``</search>`` -> top-k passages from a :class:`~factrl.retrieval.index.Retriever`
   or a :class:`~factrl.retrieval.client.RetrievalClient` (both have ``search(queries, k)``).
 * :class:`SearchAgentTool`: ``</question>`` -> one full search-agent rollout per question; the
-  result is the search agent's ``<report>`` (what HARIS's reasoning agent receives).
+  result is the search agent's ``<report>`` (what HARIS's reasoning agent receives). It is an
+  agentic tool: its :meth:`~SearchAgentTool.loop` runs inside the asking trajectory's agent loop.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from factrl.agents.loop import AgentLoop, run_loops
 from factrl.agents.protocol import escape_tags
 
 NO_QUERY = "No query was given: write the query between the tags."
@@ -80,32 +83,36 @@ class RetrieverTool:
 class SearchAgentTool:
     """Answers each question with a full search-agent rollout and returns its report.
 
-    ``run_search`` maps a batch of questions to one object per question with ``report`` (str or
-    None) and ``trajectory`` attributes (see :func:`factrl.agents.haris.run_search_agent`); the
-    search trajectories of every call are kept in ``history`` so label synthesis and training can
-    reuse the questions the reasoning agent asked.
+    ``search_loop(question, stream)`` is the search agent's loop for one question (see
+    :func:`factrl.agents.haris.search_agent_loop`); it returns an object with ``report`` (str or
+    None) and ``trajectory`` attributes. Inside a reasoning rollout the tool's :meth:`loop` runs
+    within the asking trajectory's own agent loop, so each search agent starts the moment its
+    question is asked and decodes alongside every other trajectory. The search results of every
+    question are kept in ``history`` so label synthesis and training can reuse them.
     """
 
     name = "search_agent"
 
-    def __init__(self, run_search: Callable[[list[str]], list], stop_tag: str = "</question>",
+    def __init__(self, search_loop: Callable[[str, int], AgentLoop], stop_tag: str = "</question>",
                  keep_history: bool = True) -> None:
-        self.run_search = run_search
+        self.search_loop = search_loop
         self.stop_tag = stop_tag
         self.keep_history = keep_history
-        self.history: list = []  # (question, search result object) in call order
+        self.history: list = []  # (question, search result object) in the order answers arrived
+        self._streams = itertools.count()  # one sampler stream per search rollout
+
+    def loop(self, question: str) -> AgentLoop[str]:
+        """The answer to one question, as an agent loop (the search agent's own turns)."""
+        question = question.strip()
+        if not question:
+            return NO_QUERY
+        res = yield from self.search_loop(question, next(self._streams))
+        if self.keep_history:
+            self.history.append((question, res))
+        return escape_tags(res.report) if res.report else fallback_report(res)
 
     def __call__(self, queries: list[str]) -> list[str]:
-        out = [NO_QUERY] * len(queries)
-        live = [i for i, q in enumerate(queries) if q.strip()]
-        if not live:
-            return out
-        results = self.run_search([queries[i].strip() for i in live])
-        for i, res in zip(live, results):
-            if self.keep_history:
-                self.history.append((queries[i].strip(), res))
-            out[i] = escape_tags(res.report) if res.report else fallback_report(res)
-        return out
+        return run_loops([self.loop(q) for q in queries])
 
 
 def fallback_report(res) -> str:

@@ -1,24 +1,30 @@
-"""In-process LLM backend on transformers: batched, left-padded generation with a KV cache.
+"""In-process LLM backend on transformers: a step-level (continuous batching) engine with a KV cache.
 
 The engine runs its own decode loop instead of ``model.generate`` so that it can stop each row as
 soon as one of the request's stop strings appears in its decoded text (the rollout engine stops on
 closing tags such as ``</search>``), and return the exact generated token ids the policy produced.
 
-Multi-turn rollouts call the engine once per turn with the whole context so far, and many prompts
-share a long system prompt; re-running the model over those tokens (prefill) would dominate the
-cost. The engine therefore keeps a bounded :class:`PrefixCache` of the key/value states of the
-sequences it decoded, and before every batch prefills a prefix shared by all of its rows once:
-each row then runs the model only over the tokens after its longest cached prefix. The cache is
-dropped whenever the weights change (trainers update them in place between steps).
+Requests are submitted (:meth:`LocalLLM.submit`) and the engine advances in steps
+(:meth:`LocalLLM.step`): every running row decodes one token, finished rows leave the batch and
+waiting rows are prefilled and join it (their key/value states left-padded to the batch's width),
+so agent loops that pause for a tool re-enter the batch without waiting for the others.
+:meth:`LocalLLM.complete_tokens` is submit-all-then-step on the same engine.
+
+Multi-turn rollouts continue the whole context so far at every turn, and many prompts share a
+long system prompt; re-running the model over those tokens (prefill) would dominate the cost. The
+engine therefore keeps a bounded :class:`PrefixCache` of the key/value states of every prompt it
+prefilled and every sequence it decoded, and prefills a prefix shared by all rows admitted
+together once: each row then runs the model only over the tokens after its longest cached prefix.
+The cache is dropped whenever the weights change (trainers update them in place between steps).
 """
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -147,16 +153,100 @@ class PrefixCache:
         self._matrix = None
 
 
+def row_seed(seed: int, row: int) -> int:
+    """The sampler seed of row ``row`` of a call seeded with ``seed``: distinct per row, so the
+    ``n`` samples of one prompt differ, and independent of the batch the row decodes in."""
+    return (seed * 1_000_003 + row) % (2**63)
+
+
+@dataclass
+class GenerationRequest:
+    """One row in the step-level engine: its prompt, sampling, sampler and output so far.
+    ``completion`` is set when the row finishes."""
+
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+    out: list[int] = field(default_factory=list)
+    finish_reason: str = "length"
+    completion: Completion | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.completion is not None
+
+
+def _left_pad(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zero-pad ``x`` on the left of dimension ``dim`` up to ``width``."""
+    missing = width - x.shape[dim]
+    if missing <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
+@dataclass
+class _Batch:
+    """The rows decoding together.
+
+    ``past``: per layer keys/values ``[B, heads, W, head_dim]``; ``mask`` ``[B, W]`` aligned with it
+    (0 on left padding); ``positions`` ``[B, 1]`` the position of each row's newest cached token;
+    ``pending`` ``[B]`` the token each row sampled last, not yet run through the model.
+    """
+
+    requests: list[GenerationRequest]
+    past: DynamicCache
+    mask: torch.Tensor
+    positions: torch.Tensor
+    pending: torch.Tensor
+
+    def select(self, keep: list[int], pending: torch.Tensor) -> None:
+        """Keep batch rows ``keep`` (in order), drop the cache columns no kept row uses."""
+        self.requests = [self.requests[b] for b in keep]
+        self.pending = pending
+        if not keep:
+            return
+        idx = torch.tensor(keep, dtype=torch.long)
+        self.past.batch_select_indices(idx)
+        self.mask, self.positions = self.mask[idx], self.positions[idx]
+        used = self.mask.any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        if first > 0:  # left padding that only retired rows needed: stop paying attention over it
+            for layer in self.past.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+            self.mask = self.mask[:, first:]
+
+    def merged(self, other: _Batch) -> _Batch:
+        """This batch and ``other`` as one, the narrower cache left-padded to the wider one (rows
+        joining a running batch: continuous batching)."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        layers = [
+            (torch.cat([_left_pad(a.keys, width, 2), _left_pad(b.keys, width, 2)]),
+             torch.cat([_left_pad(a.values, width, 2), _left_pad(b.values, width, 2)]))
+            for a, b in zip(self.past.layers, other.past.layers)
+        ]
+        return _Batch(
+            self.requests + other.requests, DynamicCache(ddp_cache_data=layers),
+            torch.cat([_left_pad(self.mask, width, 1), _left_pad(other.mask, width, 1)]),
+            torch.cat([self.positions, other.positions]), torch.cat([self.pending, other.pending]),
+        )
+
+
 class LocalLLM:
     """The :class:`~factrl.llm.base.LLM` protocol on a local Hugging Face causal LM.
 
     ``model`` is an embedded name, a Hugging Face directory or a hub id; an already-loaded
     ``(model_obj, tokenizer)`` pair may be passed instead (tests and trainers share weights).
-    ``bf16`` runs the forward passes under CPU bf16 autocast. ``max_batch`` bounds the rows decoded
-    together (after expanding ``n``), which bounds memory. ``prefix_cache_bytes`` bounds the
-    key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). The
-    cache is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the
-    model was modified in place or replaced since the last call.
+    ``bf16`` generates with bfloat16 weights (CPUs with AVX512-BF16 or AMX run bf16 matrix products
+    natively: measured here, a decode step at batch 1-4 costs about half of fp32); when the given
+    ``model_obj`` holds fp32 weights (a policy under training), the engine decodes with a bf16 copy
+    that it re-syncs whenever the weights change, as verl syncs the actor's weights into its
+    rollout engine. ``max_batch`` bounds the rows decoded together, which bounds memory.
+    ``prefix_cache_bytes`` bounds the key/value states kept between calls (see
+    :class:`PrefixCache`; 0 turns the cache off). The cache is cleared by
+    :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model was modified
+    in place or replaced since the last call.
     """
 
     def __init__(
@@ -171,8 +261,11 @@ class LocalLLM:
         prefix_cache_bytes: int = 2 * 1024**3,
     ):
         if model_obj is None or tokenizer is None:
-            model_obj, tokenizer = load_model_and_tokenizer(model)
-        self.model = model_obj
+            model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32")
+        self.model = model_obj  # the weights of record (a trainer updates these)
+        self._engine_model = model_obj  # what the engine runs: the model itself or a bf16 copy
+        if bf16 and next(model_obj.parameters()).dtype != torch.bfloat16:
+            self._engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.model_name = model_name or model
         self.bf16 = bf16
@@ -181,10 +274,12 @@ class LocalLLM:
         self.eos_ids = self._eos_ids()
         # one decode at a time: the model is shared and torch already uses every core
         self._lock = threading.Lock()
+        self._waiting: deque[GenerationRequest] = deque()  # submitted, not yet in the batch
+        self._batch: _Batch | None = None  # the rows decoding now
         self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self._weights_seen: list[tuple[int, int]] | None = None
         # prompt tokens given to the engine vs. tokens it actually ran the model over
-        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0}
+        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "decode_steps": 0, "decoded_rows": 0}
 
     def _eos_ids(self) -> set[int]:
         ids = set()
@@ -209,6 +304,10 @@ class LocalLLM:
         sig = self._weights_signature()
         if sig != self._weights_seen:
             self.clear_prefix_cache()
+            if self._engine_model is not self.model:
+                with torch.no_grad():
+                    for copy_p, p in zip(self._engine_model.parameters(), self.model.parameters()):
+                        copy_p.copy_(p)
             self._weights_seen = sig
 
     # ---- protocol -------------------------------------------------------------------------
@@ -221,27 +320,48 @@ class LocalLLM:
         return self.complete_tokens([self.encode_chat(c) for c in conversations], params)
 
     def complete_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        rows = [list(p) for p in prompts for _ in range(params.n)]
-        flat: list[Completion] = []
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator().manual_seed(params.seed)
-        with self._lock:
-            if self.prefix_cache is not None:
-                self._check_weights()
-            for start in range(0, len(rows), self.max_batch):
-                flat.extend(self._generate_batch(rows[start : start + self.max_batch], params, generator))
+        """Continue every prompt ``params.n`` times; rows run through the step-level engine, so a
+        call with more than ``max_batch`` rows admits waiting rows as earlier ones finish."""
+        requests = [
+            self.submit(p, params, seed=None if params.seed is None else row_seed(params.seed, i * params.n + j))
+            for i, p in enumerate(prompts) for j in range(params.n)
+        ]
+        while not all(r.done for r in requests):
+            self.step()
+        flat = [r.completion for r in requests]
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
-    # ---- engine ---------------------------------------------------------------------------
-    def _autocast(self):
-        if self.bf16:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    # ---- step-level engine ----------------------------------------------------------------
+    def submit(self, prompt: Sequence[int], params: SamplingParams, seed: int | None = None) -> GenerationRequest:
+        """Queue one continuation of ``prompt`` (``params.n`` is ignored: one row per request).
 
+        The row joins the running decode batch at the next :meth:`step` that has room for it.
+        ``seed`` seeds this row's own sampler, so its sample does not depend on which other rows
+        happen to share its batch.
+        """
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        request = GenerationRequest(list(prompt), params, generator)
+        if params.max_tokens <= 0:
+            self._finish(request)
+        else:
+            with self._lock:
+                self._waiting.append(request)
+        return request
+
+    def step(self) -> list[GenerationRequest]:
+        """One engine step: every running row decodes one token, then waiting rows are admitted
+        (prefilled; their first token sampled) while the batch has room. Returns the requests
+        that finished during the step (EOS, a stop string or their token budget)."""
+        with self._lock, torch.inference_mode():
+            finished = self._decode() if self._batch is not None else []
+            if self._waiting and (self._batch is None or len(self._batch.requests) < self.max_batch):
+                finished += self._admit()
+        return finished
+
+    # ---- engine ---------------------------------------------------------------------------
     def _forward(self, input_ids, mask, positions, past):
         """One model call keeping only the last position's logits: ``[B, V]`` and the cache."""
-        res = self.model(
+        res = self._engine_model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions,
             past_key_values=past, use_cache=True,
             logits_to_keep=1,  # only the last position is sampled: skip the lm_head elsewhere
@@ -328,50 +448,73 @@ class LocalLLM:
             kv = [(layer.keys[b][:, real], layer.values[b][:, real]) for layer in past.layers]
             self.prefix_cache.put(seq[: int(real.sum())], kv)
 
-    def _generate_batch(
-        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
-    ) -> list[Completion]:
-        out: list[list[int]] = [[] for _ in rows]
-        reasons = ["length"] * len(rows)
-        alive = list(range(len(rows)))  # batch row b decodes original row alive[b]
-        window = self._stop_window(params.stop)
-        self.stats["prompt_tokens"] += sum(len(r) for r in rows)
-        with torch.inference_mode(), self._autocast():
-            if params.max_tokens > 0:
-                logits, past, mask = self._prefill(rows)
-                positions = mask.sum(-1, keepdim=True) - 1  # each row's last position so far
-            for step in range(params.max_tokens):
-                if step:
-                    logits, past = self._forward(step_ids, mask, positions, past)
-                nxt = _sample(logits, params, generator).tolist()
-                keep = [b for b, i in enumerate(alive) if not self._advance(i, nxt[b], out, reasons, params, window)]
-                if self.prefix_cache is not None:
-                    # rows leave the batch now (finished) or at the budget: keep their states
-                    last = step == params.max_tokens - 1
-                    kept = set(keep)
-                    ending = [b for b in range(len(alive)) if last or b not in kept]
-                    self._remember(past, mask, ending, [rows[alive[b]] + out[alive[b]] for b in ending])
-                if not keep:
-                    break
-                if len(keep) < len(alive):
-                    # retire finished rows from the batch and the KV cache: no compute is spent on them
-                    idx = torch.tensor(keep)
-                    past.batch_select_indices(idx)
-                    mask, positions = mask[idx], positions[idx]
-                    alive = [alive[b] for b in keep]
-                step_ids = torch.tensor([[nxt[b]] for b in keep])
-                mask = torch.cat([mask, mask.new_ones(len(keep), 1)], dim=-1)
-                positions = positions + 1
-        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out]
-        if params.stop:
-            texts = [trim_at_stop(t, params.stop, params.include_stop)[0] for t in texts]
-        return [
-            Completion(
-                text=texts[i], token_ids=out[i], finish_reason=reasons[i],
-                prompt_tokens=len(rows[i]), completion_tokens=len(out[i]),
-            )
-            for i in range(len(rows))
-        ]
+    def _admit(self) -> list[GenerationRequest]:
+        """Prefill waiting requests into the free rows of the batch and sample their first token."""
+        room = self.max_batch - (len(self._batch.requests) if self._batch is not None else 0)
+        new = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        self._check_weights()
+        self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
+        logits, past, mask = self._prefill([r.prompt for r in new])
+        if self.prefix_cache is not None:
+            # cache each prompt now, not only when its row finishes: rows admitted at later steps
+            # (another search agent with the same system prompt) reuse it while this one decodes
+            self._remember(past, mask, list(range(len(new))), [r.prompt for r in new])
+        incoming = _Batch(new, past, mask, mask.sum(-1, keepdim=True) - 1, torch.zeros(len(new), dtype=torch.long))
+        finished = self._sample_and_retire(incoming, logits)
+        if incoming.requests:
+            self._batch = incoming if self._batch is None else self._batch.merged(incoming)
+        return finished
+
+    def _decode(self) -> list[GenerationRequest]:
+        """Run every running row's newest token through the model and sample the next one."""
+        b = self._batch
+        self.stats["decode_steps"] += 1
+        self.stats["decoded_rows"] += len(b.requests)
+        b.mask = torch.cat([b.mask, b.mask.new_ones(len(b.requests), 1)], dim=-1)
+        b.positions = b.positions + 1
+        logits, b.past = self._forward(b.pending[:, None], b.mask, b.positions, b.past)
+        finished = self._sample_and_retire(b, logits)
+        if not b.requests:
+            self._batch = None
+        return finished
+
+    def _sample_and_retire(self, batch: "_Batch", logits: torch.Tensor) -> list[GenerationRequest]:
+        """Sample each row's next token from ``logits`` ``[B, V]``; rows that finish leave ``batch``
+        (their key/value states go to the prefix cache first)."""
+        tokens = self._sample_rows(logits, batch.requests)
+        done = [b for b, (r, tok) in enumerate(zip(batch.requests, tokens)) if self._advance(r, tok)]
+        if not done:
+            batch.pending = torch.tensor(tokens)
+            return []
+        if self.prefix_cache is not None:
+            self._remember(batch.past, batch.mask, done, [batch.requests[b].prompt + batch.requests[b].out for b in done])
+        finished = [batch.requests[b] for b in done]
+        for r in finished:
+            self._finish(r)
+        ended = set(done)
+        keep = [b for b in range(len(batch.requests)) if b not in ended]
+        batch.select(keep, torch.tensor([tokens[b] for b in keep], dtype=torch.long))
+        return finished
+
+    @staticmethod
+    def _sample_rows(logits: torch.Tensor, requests: list[GenerationRequest]) -> list[int]:
+        """One token per row; greedy rows in one argmax, sampled rows each with their own generator."""
+        tokens = [0] * len(requests)
+        greedy = [b for b, r in enumerate(requests) if r.params.temperature <= 0]
+        if greedy:
+            for b, tok in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
+                tokens[b] = tok
+        for b, r in enumerate(requests):
+            if r.params.temperature > 0:
+                tokens[b] = int(_sample(logits[b : b + 1], r.params, r.generator)[0])
+        return tokens
+
+    def _finish(self, r: GenerationRequest) -> None:
+        text = self.tokenizer.decode(r.out, skip_special_tokens=True)
+        if r.params.stop:
+            text = trim_at_stop(text, r.params.stop, r.params.include_stop)[0]
+        r.completion = Completion(text=text, token_ids=r.out, finish_reason=r.finish_reason,
+                                  prompt_tokens=len(r.prompt), completion_tokens=len(r.out))
 
     @staticmethod
     def _stop_window(stop: Sequence[str]) -> int:
@@ -382,20 +525,21 @@ class LocalLLM:
         """
         return max((len(s.encode()) for s in stop), default=0) + 2
 
-    def _advance(self, i: int, tok: int, out, reasons, params: SamplingParams, window: int) -> bool:
-        """Append row ``i``'s sampled token; return whether the row is finished (EOS or stop string).
+    def _advance(self, r: GenerationRequest, tok: int) -> bool:
+        """Append the row's sampled token; return whether the row is finished (EOS, a stop string
+        or the token budget).
 
         Stop strings are searched in the decoded tail of the output only (a window covering the
         longest stop string), so the per-token cost does not grow with the output length; the text
         before the tail was already searched at earlier steps.
         """
-        if tok in self.eos_ids and not params.ignore_eos:
-            reasons[i] = "stop"
+        if tok in self.eos_ids and not r.params.ignore_eos:
+            r.finish_reason = "stop"
             return True
-        out[i].append(tok)
-        if params.stop:
-            tail = self.tokenizer.decode(out[i][-window:], skip_special_tokens=True)
-            if any(s and s in tail for s in params.stop):
-                reasons[i] = "stop"
+        r.out.append(tok)
+        if r.params.stop:
+            tail = self.tokenizer.decode(r.out[-self._stop_window(r.params.stop):], skip_special_tokens=True)
+            if any(s and s in tail for s in r.params.stop):
+                r.finish_reason = "stop"
                 return True
-        return False
+        return len(r.out) >= r.params.max_tokens

@@ -143,10 +143,10 @@ def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: Rollout
     """The ``</question>`` tool: one search-agent rollout per question, its report as the answer.
     History is off: training runs many steps and needs none of it."""
 
-    def run(questions: list[str]) -> list:
-        return haris.run_search_agent(search_llm, questions, retriever_tool, params)
+    def search_loop(question: str, stream: int):
+        return haris.search_agent_loop(search_llm, question, retriever_tool, params, stream)
 
-    return SearchAgentTool(run, keep_history=False)
+    return SearchAgentTool(search_loop, keep_history=False)
 
 
 def find_round(rounds: Sequence[RoundParams], round_id: int) -> RoundParams:
