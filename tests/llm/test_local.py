@@ -262,3 +262,43 @@ def test_prefix_cache_invalidated_by_in_place_weight_update(local_llm):
     cleared.chat([Q2], params)
     cleared.clear_prefix_cache()
     assert len(cleared.prefix_cache) == 0
+
+
+def test_ngram_draft_prefers_the_longest_recent_match():
+    from factrl.llm.local import ngram_draft
+
+    assert ngram_draft([1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3], k=2) == [7, 5]  # "2 3" last seen before 7 5
+    assert ngram_draft([5, 6, 7, 5, 6], k=3) == [7, 5, 6]
+    assert ngram_draft([1, 2, 3], k=3) == []  # the last token never occurred before
+    assert ngram_draft([4, 4], k=0) == []
+
+
+def test_verify_draft_keeps_the_target_distribution():
+    """Speculative sampling with a point-mass draft: the first emitted token follows p exactly."""
+    from factrl.llm.local import verify_draft
+
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    logits = torch.log(p.clamp_min(1e-30))[None].repeat(2, 1)
+    sampled = SamplingParams(temperature=1.0)
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(4)
+    for _ in range(6000):
+        tokens, accepted = verify_draft(logits, [1], sampled, g)
+        counts[tokens[0]] += 1
+        assert accepted == (tokens[0] == 1) and len(tokens) == 1 + accepted
+    assert torch.allclose(counts / counts.sum(), p, atol=0.02)
+    # greedy: accept while the draft equals the argmax, then emit the argmax
+    assert verify_draft(logits, [0], SamplingParams(), None) == ([0, 0], 1)
+    assert verify_draft(logits, [2], SamplingParams(), None) == ([0], 0)
+
+
+def test_speculative_decoding_changes_no_output(local_llm):
+    """Drafts on a repetitive answer are mostly accepted, and greedy and seeded sampled outputs
+    equal decoding without speculation, for a batch of one and a mixed batch."""
+    spec, plain = _llm(local_llm, prefix_cache_bytes=0), _llm(local_llm, prefix_cache_bytes=0, speculative_tokens=0)
+    greedy = SamplingParams(max_tokens=40)
+    for batch in ([Q2], [Q1, Q2]):
+        assert [c[0].token_ids for c in spec.chat(batch, greedy)] == [c[0].token_ids for c in plain.chat(batch, greedy)]
+    assert spec.stats["accepted_tokens"] > 10 and spec.stats["decode_steps"] < plain.stats["decode_steps"]
+    stopped = SamplingParams(max_tokens=40, stop=("7,",))
+    assert spec.chat([Q2], stopped)[0][0].token_ids == plain.chat([Q2], stopped)[0][0].token_ids
