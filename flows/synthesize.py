@@ -30,8 +30,8 @@ from tqdm import tqdm
 
 from factrl.data.synthesis import item_key
 from factrl.io import write_json
-from factrl.llm.base import Completion, SamplingParams
-from factrl.llm.cache import CachedLLM, DiskCache, streams_results
+from factrl.llm.base import Completion, SamplingParams, call_each
+from factrl.llm.cache import CachedLLM, DiskCache
 
 AnswerFn = Callable[..., list]  # (llm, items, *, retries) -> list[PseudoAnswer]
 
@@ -59,12 +59,7 @@ class CountingLLM:
             if on_result is not None:
                 on_result(i, comps)
 
-        if streams_results(self.inner.chat):
-            return self.inner.chat(conversations, params, on_result=count)
-        out = self.inner.chat(conversations, params)
-        for i, comps in enumerate(out):
-            count(i, comps)
-        return out
+        return call_each(self.inner.chat, conversations, params, count)
 
     def complete_tokens(self, prompts, params: SamplingParams) -> list[list[Completion]]:
         return self.inner.complete_tokens(prompts, params)

@@ -140,9 +140,15 @@ def dvc_repo(tmp_path, repo_root, monkeypatch):
                          {"name": "hover_2hop", "path": "../shared/data/haris_eval/hover_2hop.jsonl",
                           "optional": True}],
                 "per_hop": 2, "systems": ["haris"], "max_new_tokens": 8, "max_turns": 1, "n_boot": 100,
-                "retrieval_mode": "bm25", "trace_claims": 1}
+                "retrieval_mode": "bm25", "trace_claims": 1,
+                "checkpoints": [{"name": "HARIS (base)", "reason": "smollm2-135m", "search": "smollm2-135m"}]}
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {
         "prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64}, "evaluate": evaluate})
+    # base models only, so evaluate depends on no trained model (else reproducing it trains both rounds)
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())
+    deps = stages["stages"]["evaluate"]["deps"]
+    stages["stages"]["evaluate"]["deps"] = [d for d in deps if not str(d).startswith("models/")]
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     monkeypatch.chdir(repo)
     return repo
 

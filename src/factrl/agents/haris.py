@@ -3,9 +3,11 @@
 The reasoning agent reads a claim, thinks, and asks self-contained questions (``<question>``);
 each question is answered by a full search-agent rollout (``<search>`` -> top-3 passages ->
 ``<report>``) whose report comes back inside ``<result>``; the reasoning agent ends with
-``<verification>\\boxed{Support|Refute}</verification>``. Both agents run through the same
-batched engine (:func:`factrl.agents.rollout.run_rollouts`), so one code path serves inference,
-label synthesis and training. ``factrl verify "CLAIM"`` runs it from the command line.
+``<verification>\\boxed{Support|Refute}</verification>``. Both agents are agent loops
+(:func:`factrl.agents.rollout.agent_loop`); a question runs its search agent's loop inside the
+asking trajectory, and one scheduler (:func:`factrl.agents.loop.run_loops`) batches them all, so
+one code path serves inference, label synthesis and training. ``factrl verify "CLAIM"`` runs it
+from the command line.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
 from factrl.agents.loop import AgentLoop, run_loops
+from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.llm.base import Message

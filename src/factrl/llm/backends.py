@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from factrl.config import TeacherParams
 
 BACKENDS = ("local", "inprocess", "server", "openai")  # inprocess: another name for local
 
@@ -45,7 +48,7 @@ def open_llm(model: str, backend: str, *, bf16: bool = False, concurrency: int =
     raise ValueError(f"unknown LLM backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def open_teacher(params, concurrency: int = 16):
+def open_teacher(params: TeacherParams, concurrency: int = 16):
     """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``."""
     return open_llm(params.model, params.backend, bf16=params.bf16, concurrency=concurrency,
                     base_url=params.base_url, api_key_env=params.api_key_env,

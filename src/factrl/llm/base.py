@@ -10,7 +10,8 @@ Agents, the teacher, the judge and the baselines only see :class:`LLM`. Two entr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict, runtime_checkable
 
@@ -70,3 +71,26 @@ class LLM(Protocol):
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[list[Completion]]:
         ...
+
+
+OnResult = Callable[[int, list[Completion]], None]
+
+
+def streams_results(call: Callable) -> bool:
+    """Whether a backend call reports each request as it finishes (an ``on_result`` parameter):
+    HTTP backends do, so a batch that fails half-way still hands over its finished answers."""
+    try:
+        return "on_result" in inspect.signature(call).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def call_each(call: Callable, items: list, params: SamplingParams, on_result: OnResult) -> list[list[Completion]]:
+    """``call(items, params)`` with ``on_result(i, completions)`` for every request: as each one
+    finishes when the backend streams results, else for all of them once the batch returned."""
+    if streams_results(call):
+        return call(items, params, on_result=on_result)
+    out = call(items, params)
+    for i, comps in enumerate(out):
+        on_result(i, comps)
+    return out

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from factrl.llm.base import Completion, Message, SamplingParams
+from factrl.llm.base import Completion, Message, SamplingParams, call_each
 from factrl.llm.models import cache_dir
 
 
@@ -69,17 +69,6 @@ class DiskCache:
         return self._conn().execute("SELECT COUNT(*) FROM completions").fetchone()[0]
 
 
-def streams_results(call: Callable) -> bool:
-    """Whether a backend's ``chat`` reports each request as it finishes (``on_result``): HTTP
-    backends do, so a batch that fails half-way still leaves its finished answers cached."""
-    import inspect
-
-    try:
-        return "on_result" in inspect.signature(call).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class CachedLLM:
     """Wrap any :class:`~factrl.llm.base.LLM`: cached inputs are served from disk, the rest are
     sent to the inner backend in one batch. Non-reproducible calls pass straight through. With a
@@ -109,15 +98,10 @@ class CachedLLM:
         self.hits += len(items) - len(missing)
         self.misses += len(missing)
         if missing:
-            if streams_results(call):
-                def store(j: int, comps: list[Completion]) -> None:
-                    self.cache.put(keys[missing[j]], comps)
+            def store(j: int, comps: list[Completion]) -> None:
+                self.cache.put(keys[missing[j]], comps)
 
-                fresh = call([items[i] for i in missing], params, on_result=store)
-            else:
-                fresh = call([items[i] for i in missing], params)
-                for i, comps in zip(missing, fresh):
-                    self.cache.put(keys[i], comps)
+            fresh = call_each(call, [items[i] for i in missing], params, store)
             for i, comps in zip(missing, fresh):
                 results[i] = comps
         return results  # type: ignore[return-value]
