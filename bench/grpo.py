@@ -12,7 +12,7 @@ compute the loss and backward, step the optimizer. It is timed with ``perf_count
 exactly that: our ``rollout + reward + GRPOTrainer.step``; TRL's ``on_step_begin`` ..
 ``on_step_end`` callback window (its generation runs inside the step). Model loading, trainer
 construction and the first (warm-up) step are excluded. The phases are run ours, TRL, ours, so a
-load change on the shared machine hits both; ``step_vs_trl`` is our median step time over TRL's
+load change on the machine hits both; ``step_vs_trl`` is our median step time over TRL's
 (< 1 = faster). Also reported: the same ratio for the generation and training parts, and
 ``peak_rss_gib``, the process's peak RSS after our phases, before TRL is loaded.
 
@@ -184,8 +184,7 @@ def main() -> None:
         },
         "machine": {
             "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(),
-            "shared": True, "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
-            "note": "other jobs shared the 2 cores during the run; both sides saw the same load pattern",
+            "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
         },
     }
     write_json(result, RESULTS)
