@@ -57,8 +57,8 @@ def generate_tokens(llm: LocalLLM, convs, max_tokens: int) -> int:
     width = max(map(len, rows))
     ids = torch.tensor([[llm.pad_id] * (width - len(r)) + r for r in rows])
     mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
-    with torch.inference_mode(), llm._autocast():
-        out = llm.model.generate(
+    with torch.inference_mode():  # the same module (and precision) the engine decodes with
+        out = llm.engine_model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
             pad_token_id=llm.pad_id, eos_token_id=sorted(llm.eos_ids),
         )

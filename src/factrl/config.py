@@ -149,7 +149,8 @@ class GRPOParams:
     entropy_coef: weight of an entropy bonus (0 = none; entropy is logged either way).
     temperature: sampling temperature of rollouts (paper: 1.0); log-probs are taken at it too.
     max_new_tokens: cap on generated tokens per model turn.
-    bf16: run forward/backward under bf16 autocast on CPU (weights and optimizer stay float32).
+    bf16: run forward/backward under bf16 autocast on CPU (weights and optimizer stay float32);
+        rollouts decode with a bf16 copy of the weights (fp32 attention), synced after every update.
     checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
     keep_checkpoints: newest checkpoints kept on disk.
     seed: seeds prompt order, sampling and initialisation of everything random.
@@ -356,7 +357,7 @@ class TeacherParams:
     api_key_env: environment variable holding the API key (never written anywhere).
     max_tokens: generation budget of one teacher answer.
     price_per_mtok: USD per 1M (prompt, completion) tokens, for the cost report.
-    bf16: bf16 autocast for the local model (local/server backends).
+    bf16: bf16 weights (fp32 attention) for the local model (local/server backends).
     """
 
     backend: Literal["server", "local", "openai"] = "server"

@@ -379,6 +379,12 @@ class LocalLLM:
                 ids.update(src)
         return ids
 
+    @property
+    def engine_model(self):
+        """The module the engine decodes with: ``model`` itself, or its bf16 copy (``bf16=True``
+        on fp32 weights), kept in sync with ``model`` at every admission."""
+        return self._engine_model
+
     def clear_prefix_cache(self) -> None:
         """Forget every cached key/value state (call after changing the weights out of place)."""
         if self.prefix_cache is not None:

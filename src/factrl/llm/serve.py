@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--host", default=DEFAULT_HOST)
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU")
+    ap.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 attention (see LocalLLM)")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--window-ms", type=float, default=5.0, help="how long to collect a batch")
     args = ap.parse_args(argv)
