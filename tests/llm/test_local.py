@@ -67,7 +67,7 @@ def test_bf16_engine_copy_follows_weight_updates(local_llm):
     model = copy.deepcopy(local_llm.model)
     bf = LocalLLM(model_obj=model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
     assert next(model.parameters()).dtype == torch.float32  # the weights of record stay fp32
-    assert next(bf._engine_model.parameters()).dtype == torch.bfloat16
+    assert next(bf.engine_model.parameters()).dtype == torch.bfloat16
     params = SamplingParams(max_tokens=8)
     before = bf.chat([Q2], params)[0][0]
     assert before.completion_tokens > 0 and before.text

@@ -21,6 +21,7 @@ The cache is dropped whenever the weights change (trainers update them in place 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -347,14 +348,14 @@ class LocalLLM:
         if model_obj is None or tokenizer is None:
             model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32")
         self.model = model_obj  # the weights of record (a trainer updates these)
-        self._engine_model = model_obj  # what the engine runs: the model itself or a bf16 copy
+        # what the engine decodes with: the model itself, or its bf16 copy re-synced at admission
+        self.engine_model = model_obj
         if bf16 and next(model_obj.parameters()).dtype != torch.bfloat16:
-            self._engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
-        if next(self._engine_model.parameters()).dtype == torch.bfloat16:
-            use_fp32_attention(self._engine_model)
+            self.engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
+        if next(self.engine_model.parameters()).dtype == torch.bfloat16:
+            use_fp32_attention(self.engine_model)
         self.tokenizer = tokenizer
         self.model_name = model_name or model
-        self.bf16 = bf16
         self.max_batch = max_batch
         self.speculative_tokens = speculative_tokens
         self.speculate_max_batch = speculate_max_batch
@@ -379,12 +380,6 @@ class LocalLLM:
                 ids.update(src)
         return ids
 
-    @property
-    def engine_model(self):
-        """The module the engine decodes with: ``model`` itself, or its bf16 copy (``bf16=True``
-        on fp32 weights), kept in sync with ``model`` at every admission."""
-        return self._engine_model
-
     def clear_prefix_cache(self) -> None:
         """Forget every cached key/value state (call after changing the weights out of place)."""
         if self.prefix_cache is not None:
@@ -399,9 +394,9 @@ class LocalLLM:
         sig = self._weights_signature()
         if sig != self._weights_seen:
             self.clear_prefix_cache()
-            if self._engine_model is not self.model:
+            if self.engine_model is not self.model:
                 with torch.no_grad():
-                    for copy_p, p in zip(self._engine_model.parameters(), self.model.parameters()):
+                    for copy_p, p in zip(self.engine_model.parameters(), self.model.parameters()):
                         copy_p.copy_(p)
             self._weights_seen = sig
 
@@ -457,7 +452,7 @@ class LocalLLM:
     def _forward(self, input_ids, mask, positions, past, keep: int = 1):
         """One model call keeping the logits of the last ``keep`` positions (``[B, V]`` when
         ``keep`` is 1, else ``[B, keep, V]``) and the cache."""
-        res = self._engine_model(
+        res = self.engine_model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions,
             past_key_values=past, use_cache=True,
             logits_to_keep=keep,  # only these positions are sampled: skip the lm_head elsewhere
@@ -557,7 +552,7 @@ class LocalLLM:
             # (another search agent with the same system prompt) reuse it while this one decodes
             self._remember(past, mask, list(range(len(new))), [r.prompt for r in new])
         incoming = _Batch(new, past, mask, mask.sum(-1, keepdim=True) - 1, torch.zeros(len(new), dtype=torch.long))
-        finished = self._sample_and_retire(incoming, logits)
+        finished = self._emit(incoming, [[t] for t in self._sample_rows(logits, new)])
         if incoming.requests:
             self._batch = incoming if self._batch is None else self._batch.merged(incoming)
         return finished
@@ -604,10 +599,6 @@ class LocalLLM:
         # a row emits at most its remaining budget: the draft plus the token after it
         return [ngram_draft(r.prompt + r.out, min(self.speculative_tokens, r.params.max_tokens - len(r.out) - 1))
                 if r.params.max_tokens - len(r.out) > 1 else [] for r in b.requests]
-
-    def _sample_and_retire(self, batch: _Batch, logits: torch.Tensor) -> list[GenerationRequest]:
-        """Sample each new row's first token from its prefill ``logits`` ``[B, V]``."""
-        return self._emit(batch, [[t] for t in self._sample_rows(logits, batch.requests)])
 
     def _emit(self, batch: _Batch, emitted: list[list[int]], accepted: list[int] | None = None,
               width: int = 0) -> list[GenerationRequest]:
@@ -664,6 +655,7 @@ class LocalLLM:
                                   prompt_tokens=len(r.prompt), completion_tokens=len(r.out))
 
     @staticmethod
+    @functools.cache  # called for every generated token with the request's (hashable) stop tuple
     def _stop_window(stop: Sequence[str]) -> int:
         """Tokens to decode when looking for a stop string that the newest token may complete.
 
