@@ -13,7 +13,10 @@ class StepEngine:
     ``steps`` records which requests (their first prompt id) decoded together at each step."""
 
     def __init__(self):
-        self.running, self.steps = [], []
+        self.running, self.steps, self.released = [], [], 0
+
+    def release(self):
+        self.released += 1
 
     def submit(self, ids, params, seed=None):
         r = SimpleNamespace(tag=ids[0], left=params.max_tokens, done=False, completion=None)
@@ -64,6 +67,7 @@ def test_a_trajectory_rejoins_while_others_decode():
     assert tool.batches == [["out1", "out2"]]  # both paused trajectories in one tool call
     # the short trajectories' second turns decode next to the long one: 6 steps, not 2 + 6 phases
     assert engine.steps == [[1, 2, 3], [1, 2, 3], [3, 11, 12], [3, 11, 12], [3], [3]]
+    assert engine.released == 1  # told once that the burst is over (frees the local engine's KV slots)
 
 
 def test_nested_loops_and_batch_backends():

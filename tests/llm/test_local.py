@@ -100,7 +100,7 @@ def test_rows_join_a_running_batch(local_llm):
         llm.step()
     assert llm.stats["decoded_rows"] - rows > llm.stats["decode_steps"] - steps  # some steps ran both rows
     assert [second.completion.token_ids, first.completion.token_ids] == alone
-    assert llm._batch is None and not llm._waiting
+    assert not llm._running and not llm._waiting
 
 
 def test_finished_rows_leave_the_batch(local_llm):
@@ -110,6 +110,27 @@ def test_finished_rows_leave_the_batch(local_llm):
     assert both[0][0].text == "1." and both[0][0].finish_reason == "stop"
     assert both[1][0].completion_tokens > both[0][0].completion_tokens
     assert both[1][0].token_ids == local_llm.chat([Q1], params)[0][0].token_ids
+
+
+def test_rows_leaving_out_of_order_keep_the_others_exact(local_llm):
+    """Rows finish at different steps (the last running row moves into each freed slot) while
+    another row joins mid-way; every row decodes exactly what it decodes alone, and the slot
+    storage is kept for the next burst until released."""
+    prompts = [Q1, Q2, [{"role": "user", "content": "Name three colours."}],
+               [{"role": "user", "content": "Say hello to Ada."}]]
+    budgets = [3, 14, 6, 9]
+    alone = [local_llm.chat([p], SamplingParams(max_tokens=b))[0][0].token_ids for p, b in zip(prompts, budgets)]
+    requests = [local_llm.submit(local_llm.encode_chat(p), SamplingParams(max_tokens=b))
+                for p, b in zip(prompts[:3], budgets[:3])]
+    local_llm.step()
+    local_llm.step()
+    requests.append(local_llm.submit(local_llm.encode_chat(prompts[3]), SamplingParams(max_tokens=budgets[3])))
+    while not all(r.done for r in requests):
+        local_llm.step()
+    assert [r.completion.token_ids for r in requests] == alone
+    assert local_llm._cache is not None
+    local_llm.release()
+    assert local_llm._cache is None
 
 
 def test_multi_token_stop_string(local_llm):

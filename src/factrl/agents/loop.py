@@ -134,11 +134,25 @@ def _engine_for(llm):
 
 
 def run_loops(loops: Sequence[AgentLoop[T]]) -> list[T]:
-    """Run agent loops to completion on shared engines; their return values, in input order."""
+    """Run agent loops to completion on shared engines; their return values, in input order.
+
+    Engines that keep memory for a burst of requests (``release()``: the local engine's key/value
+    slots) are told when the loops are done, also when a loop raised.
+    """
+    engines: dict[int, _StepEngine | _BatchEngine] = {}
+    try:
+        return _drive(loops, engines)
+    finally:
+        for engine in engines.values():
+            release = getattr(engine.llm, "release", None)
+            if release is not None:
+                release()
+
+
+def _drive(loops: Sequence[AgentLoop[T]], engines: dict[int, _StepEngine | _BatchEngine]) -> list[T]:
     results: list[Any] = [None] * len(loops)
     finished = [False] * len(loops)
     ready: list[tuple[int, Any]] = [(i, None) for i in range(len(loops))]
-    engines: dict[int, _StepEngine | _BatchEngine] = {}
     tool_calls: dict[int, tuple[Any, list[tuple[int, str]]]] = {}
     while True:
         for task, outcome in ready:

@@ -6,8 +6,9 @@ closing tags such as ``</search>``), and return the exact generated token ids th
 
 Requests are submitted (:meth:`LocalLLM.submit`) and the engine advances in steps
 (:meth:`LocalLLM.step`): every running row decodes one token, finished rows leave the batch and
-waiting rows are prefilled and join it (their key/value states left-padded to the batch's width),
-so agent loops that pause for a tool re-enter the batch without waiting for the others.
+waiting rows are prefilled and join it, so agent loops that pause for a tool re-enter the batch
+without waiting for the others. Each running row keeps its key/value states in its own slot of a
+preallocated cache (:mod:`factrl.llm.kv_slots`): joining or leaving the batch copies only that row.
 :meth:`LocalLLM.complete_tokens` is submit-all-then-step on the same engine.
 
 Multi-turn rollouts continue the whole context so far at every turn, and many prompts share a
@@ -28,11 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers import DynamicCache
 
 from factrl.llm.base import Completion, Message, SamplingParams
+from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
 
 
@@ -111,35 +111,21 @@ def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingPar
     return out + [int(_sample(logits[len(draft)][None], params, generator)[0])], len(out)
 
 
-FP32_ATTENTION = "factrl_sdpa_fp32"
-
-
-def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
-    """SDPA in fp32 for a bf16 model: CPU bf16 attention is several times slower than fp32 (measured
-    here: 4 ms vs 0.5 ms per layer at batch 16 over 500 cached tokens), while its FLOPs are few.
-    Keys and values arrive in fp32 (see :func:`use_fp32_attention`); the query is cast here."""
-    out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
-    return out.to(query.dtype), weights
-
-
-AttentionInterface.register(FP32_ATTENTION, _sdpa_fp32)
-# the same masks as "sdpa" (an attention name without a mask function gets no mask at all)
-AttentionMaskInterface.register(FP32_ATTENTION, sdpa_mask)
-
-
 def use_fp32_attention(model) -> bool:
-    """Run a bf16 model's attention and key/value cache in fp32 (the matrix products stay bf16).
+    """Keep a bf16 model's key/value states (the cache) and attention in fp32; the matrix products
+    stay bf16. CPU bf16 attention is several times slower than fp32 (measured here: 4 ms vs
+    0.5 ms per layer at batch 16 over 500 cached tokens), while its FLOPs are few.
 
-    The key and value projections' outputs are cast to fp32 by forward hooks, so the cache stores
-    fp32 states and attention never converts the whole cache; returns False (nothing changed) for
-    architectures without ``k_proj`` / ``v_proj`` modules.
+    Forward hooks cast the key and value projections' outputs to fp32, so the cache stores fp32
+    states and attention never converts the whole cache (:func:`~factrl.llm.kv_slots.slot_attention`
+    casts the query). Returns False (nothing changed) for architectures without ``k_proj`` /
+    ``v_proj`` modules.
     """
     projections = [m for name, m in model.named_modules() if name.endswith(("k_proj", "v_proj"))]
     if not projections:
         return False
     for m in projections:
         m.register_forward_hook(lambda _module, _args, out: out.float())
-    model.set_attn_implementation(FP32_ATTENTION)
     return True
 
 
@@ -207,6 +193,10 @@ class PrefixCache:
         self._entries.move_to_end(key)
         return self._entries[key], n
 
+    def covers(self, ids: Sequence[int]) -> bool:
+        """Whether an entry holds the states of all of ``ids``."""
+        return bool(ids) and self.longest(torch.tensor(list(ids)))[1] == len(ids)
+
     def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Store the states of ``ids`` (``kv`` as in :class:`_Entry`) unless an entry covers them."""
         key = tuple(ids)
@@ -249,68 +239,12 @@ class GenerationRequest:
     generator: torch.Generator | None
     out: list[int] = field(default_factory=list)
     finish_reason: str = "length"
+    stopped_by_string: bool = False
     completion: Completion | None = None
 
     @property
     def done(self) -> bool:
         return self.completion is not None
-
-
-def _left_pad(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    """Zero-pad ``x`` on the left of dimension ``dim`` up to ``width``."""
-    missing = width - x.shape[dim]
-    if missing <= 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x.new_zeros(shape), x], dim=dim)
-
-
-@dataclass
-class _Batch:
-    """The rows decoding together.
-
-    ``past``: per layer keys/values ``[B, heads, W, head_dim]``; ``mask`` ``[B, W]`` aligned with it
-    (0 on left padding); ``positions`` ``[B, 1]`` the position of each row's newest cached token;
-    ``pending`` ``[B]`` the token each row sampled last, not yet run through the model.
-    """
-
-    requests: list[GenerationRequest]
-    past: DynamicCache
-    mask: torch.Tensor
-    positions: torch.Tensor
-    pending: torch.Tensor
-
-    def select(self, keep: list[int], pending: torch.Tensor) -> None:
-        """Keep batch rows ``keep`` (in order), drop the cache columns no kept row uses."""
-        self.requests = [self.requests[b] for b in keep]
-        self.pending = pending
-        if not keep:
-            return
-        idx = torch.tensor(keep, dtype=torch.long)
-        self.past.batch_select_indices(idx)
-        self.mask, self.positions = self.mask[idx], self.positions[idx]
-        used = self.mask.any(dim=0).nonzero()
-        first = int(used[0]) if len(used) else 0
-        if first > 0:  # left padding that only retired rows needed: stop paying attention over it
-            for layer in self.past.layers:
-                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
-            self.mask = self.mask[:, first:]
-
-    def merged(self, other: _Batch) -> _Batch:
-        """This batch and ``other`` as one, the narrower cache left-padded to the wider one (rows
-        joining a running batch: continuous batching)."""
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        layers = [
-            (torch.cat([_left_pad(a.keys, width, 2), _left_pad(b.keys, width, 2)]),
-             torch.cat([_left_pad(a.values, width, 2), _left_pad(b.values, width, 2)]))
-            for a, b in zip(self.past.layers, other.past.layers)
-        ]
-        return _Batch(
-            self.requests + other.requests, DynamicCache(ddp_cache_data=layers),
-            torch.cat([_left_pad(self.mask, width, 1), _left_pad(other.mask, width, 1)]),
-            torch.cat([self.positions, other.positions]), torch.cat([self.pending, other.pending]),
-        )
 
 
 class LocalLLM:
@@ -352,8 +286,10 @@ class LocalLLM:
         self.engine_model = model_obj
         if bf16 and next(model_obj.parameters()).dtype != torch.bfloat16:
             self.engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
-        if next(self.engine_model.parameters()).dtype == torch.bfloat16:
-            use_fp32_attention(self.engine_model)
+        dtype = next(self.engine_model.parameters()).dtype
+        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(self.engine_model)
+        self._kv_dtype = torch.float32 if fp32_states else dtype
+        self.engine_model.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
         self.tokenizer = tokenizer
         self.model_name = model_name or model
         self.max_batch = max_batch
@@ -364,7 +300,8 @@ class LocalLLM:
         # one decode at a time: the model is shared and torch already uses every core
         self._lock = threading.Lock()
         self._waiting: deque[GenerationRequest] = deque()  # submitted, not yet in the batch
-        self._batch: _Batch | None = None  # the rows decoding now
+        self._running: list[GenerationRequest] = []  # the rows decoding now; row i is in slot i
+        self._cache: SlotCache | None = None  # their key/value states (allocated while rows run)
         self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self._weights_seen: list[tuple[int, int]] | None = None
         # prompt tokens given to the engine vs. tokens it actually ran the model over
@@ -439,30 +376,64 @@ class LocalLLM:
         return request
 
     def step(self) -> list[GenerationRequest]:
-        """One engine step: every running row decodes one token, then waiting rows are admitted
-        (prefilled; their first token sampled) while the batch has room. Returns the requests
-        that finished during the step (EOS, a stop string or their token budget)."""
+        """One engine step: one forward in which every running row decodes a token and waiting
+        rows (as many as the batch has room for) are prefilled and sample their first token.
+        Returns the requests that finished during the step (EOS, a stop string or their token
+        budget)."""
         with self._lock, torch.inference_mode():
-            finished = self._decode() if self._batch is not None else []
-            if self._waiting and (self._batch is None or len(self._batch.requests) < self.max_batch):
-                finished += self._admit()
-        return finished
+            room = self.max_batch - len(self._running)
+            new = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            return self._step(new) if self._running or new else []
 
     # ---- engine ---------------------------------------------------------------------------
-    def _forward(self, input_ids, mask, positions, past, keep: int = 1):
-        """One model call keeping the logits of the last ``keep`` positions (``[B, V]`` when
-        ``keep`` is 1, else ``[B, keep, V]``) and the cache."""
-        res = self.engine_model(
+    def _forward(self, input_ids, mask, positions, past, keep: int | torch.Tensor = 1, **kwargs) -> torch.Tensor:
+        """One model call; the logits ``[B, K, V]`` of the last ``keep`` positions (or of the
+        positions listed in ``keep``). ``past`` receives the new key/value states."""
+        return self.engine_model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions,
             past_key_values=past, use_cache=True,
             logits_to_keep=keep,  # only these positions are sampled: skip the lm_head elsewhere
-        )
-        logits = res.logits[:, -1, :] if keep == 1 else res.logits
-        return logits, res.past_key_values
+            **kwargs,
+        ).logits
+
+    def _slots(self) -> SlotCache:
+        if self._cache is None:
+            config = self.engine_model.config
+            heads = config.num_attention_heads
+            self._cache = SlotCache(
+                config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
+                getattr(config, "head_dim", None) or config.hidden_size // heads, self._kv_dtype,
+            )
+        return self._cache
+
+    def _run_packed(self, rows: list[tuple[int, list[int], int]], keep_all: int) -> tuple[torch.Tensor, list[int]]:
+        """One packed forward over ``rows`` = ``(slot, tokens, start)``: each row's tokens take
+        positions (and cache columns) ``start, start + 1, ...`` of its slot. Returns the kept
+        logits ``[K, V]`` and how many belong to each row, in order: all of its tokens' for the
+        first ``keep_all`` rows (verifying drafts), the last token's for the others."""
+        segments, offset = [], 0
+        for slot, tokens, start in rows:
+            segments.append(Segment(slot, start, len(tokens), offset))
+            offset += len(tokens)
+        cache = self._slots()
+        plan = SlotPlan(cache, segments)
+        cache.reserve(max(s.slot for s in segments) + 1, plan.span(), self.max_batch)
+        for s in segments:
+            cache.written(s.slot, s.start + s.length)
+        for s in segments[: plan.batched]:
+            cache.ensure_clean(s.slot, plan.batched_width)
+        cache.plan = plan
+        keep = torch.cat([torch.arange(s.offset, s.offset + s.length) if i < keep_all
+                          else torch.tensor([s.offset + s.length - 1]) for i, s in enumerate(segments)])
+        input_ids = torch.tensor([t for _, tokens, _ in rows for t in tokens])[None]
+        # the 4-D placeholder mask is passed through untouched: slot_attention masks per segment
+        logits = self._forward(input_ids, torch.ones(1, 1, 1, 1, dtype=torch.bool), plan.positions[None], cache,
+                               keep=keep, slot_plan=plan)[0]
+        return logits, [s.length if i < keep_all else 1 for i, s in enumerate(segments)]
 
     def _share_prefix(self, rows: list[list[int]]) -> None:
         """Prefill the prefix common to every row once (batch of one) and cache it, so that the
-        batch below reuses it instead of computing it once per row."""
+        rows below reuse it instead of computing it once per row."""
         if self.prefix_cache is None or len(rows) < 2:
             return
         width = min(len(r) for r in rows) - 1  # every row keeps at least one token to run
@@ -472,180 +443,148 @@ class LocalLLM:
         n = int((ids == ids[0]).all(dim=0).to(torch.int32).cumprod(0).sum())
         if n < MIN_SHARED_PREFIX or self.prefix_cache.longest(ids[0, :n])[1] >= n:
             return
-        mask = torch.ones(1, n, dtype=torch.long)
-        _, past = self._forward(ids[:1, :n], mask, torch.arange(n)[None], None)
+        past = DynamicCache()
+        self._forward(ids[:1, :n], torch.ones(1, n, dtype=torch.long), torch.arange(n)[None], past)
         self.stats["prefilled_tokens"] += n
         self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
 
-    def _prefill(self, rows: list[list[int]]):
-        """Run the model over every row, reusing cached prefixes; identical rows run once.
+    def _cached_prefix(self, ids: list[int]) -> tuple[_Entry | None, int]:
+        """The prefix-cache entry to reuse for ``ids`` and how many of its tokens (at least one
+        token of ``ids`` is left to run, for its logits)."""
+        if self.prefix_cache is None:
+            return None, 0
+        entry, n = self.prefix_cache.longest(torch.tensor(ids))
+        return entry, max(0, min(n, len(ids) - 1))
 
-        Returns ``(logits [B, V], past, mask [B, W])`` where ``W`` is the cache length. Row ``i``'s
-        cache is ``[pad][cached prefix][pad][suffix]``: its reused states are right-aligned in the
-        first ``C`` columns and its new tokens right-aligned in the last ``S``, so every row's last
-        token sits in the final column; the mask hides the padding and positions count real
-        tokens only, so padding does not change the result.
+    def _remember(self, slot: int, ids: list[int]) -> None:
+        """Put the states of ``ids`` (the tokens cached in ``slot``) in the prefix cache."""
+        if self.prefix_cache is not None and not self.prefix_cache.covers(ids):
+            self.prefix_cache.put(ids, self._cache.read(slot, len(ids)))
+
+    def _step(self, new: list[GenerationRequest]) -> list[GenerationRequest]:
+        """One packed forward: every running row's newest token (and its draft, when speculating)
+        and the uncached part of every admitted prompt; then emit each row's next token(s).
+
+        Admitted rows go to the slots after the running ones. Identical prompts (the ``n``
+        samples of one prompt) run once and the states are copied to the repeats' slots; each
+        prompt runs only over the tokens after its longest cached prefix.
         """
+        running = self._running
+        drafts = self._drafts(running)
+        # a running row's cache holds its prompt and output except the newest token, which runs now
+        rows = [(i, [r.out[-1], *d], len(r.prompt) + len(r.out) - 1) for i, (r, d) in enumerate(zip(running, drafts))]
+        if running:
+            self.stats["decode_steps"] += 1
+            self.stats["decoded_rows"] += len(running)
+        first = len(running)
         index: dict[tuple[int, ...], int] = {}
-        inverse = [index.setdefault(tuple(r), len(index)) for r in rows]
-        uniq = [list(k) for k in index]
-        self._share_prefix(uniq)
-        reuse: list[tuple[_Entry | None, int]] = [(None, 0)] * len(uniq)
-        if self.prefix_cache is not None:
-            reuse = []
-            for r in uniq:
-                entry, n = self.prefix_cache.longest(torch.tensor(r))
-                reuse.append((entry, max(0, min(n, len(r) - 1))))
-        cached = max(n for _, n in reuse)
-        suffixes = [r[n:] for r, (_, n) in zip(uniq, reuse)]
-        width = max(len(s) for s in suffixes)
-        input_ids = torch.tensor([[self.pad_id] * (width - len(s)) + s for s in suffixes])
-        mask = torch.tensor([[0] * (cached - n) + [1] * n + [0] * (width - len(s)) + [1] * len(s)
-                             for s, (_, n) in zip(suffixes, reuse)])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
-        past = self._assemble(reuse, cached) if cached else None
-        self.stats["prefilled_tokens"] += sum(len(s) for s in suffixes)
-        logits, past = self._forward(input_ids, mask, positions, past)
-        if len(uniq) < len(rows):
-            idx = torch.tensor(inverse)
-            past.batch_select_indices(idx)
-            logits, mask = logits[idx], mask[idx]
-        return logits, past, mask
-
-    @staticmethod
-    def _assemble(reuse: list[tuple[_Entry | None, int]], width: int) -> DynamicCache:
-        """A batched cache ``[B, heads, width, head_dim]`` per layer holding each row's first ``n``
-        cached states right-aligned (zeros in the masked padding)."""
-        ref = next(e for e, n in reuse if n)
-        layers = []
-        for layer, (k0, v0) in enumerate(ref.kv):
-            keys = k0.new_zeros(len(reuse), k0.shape[0], width, k0.shape[2])
-            values = v0.new_zeros(len(reuse), v0.shape[0], width, v0.shape[2])
-            for b, (entry, n) in enumerate(reuse):
+        unique_of = [index.setdefault(tuple(r.prompt), len(index)) for r in new]
+        fresh: list[bool] = []  # per unique prompt: was most of it prefilled here?
+        if new:
+            self._check_weights()
+            self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
+            uniq = [list(k) for k in index]
+            self._share_prefix(uniq)
+            cache = self._slots()
+            cache.reserve(first + len(new), max(len(u) for u in uniq), self.max_batch)
+            for u, ids in enumerate(uniq):
+                entry, n = self._cached_prefix(ids)
                 if n:
-                    keys[b, :, width - n :] = entry.kv[layer][0][:, :n]
-                    values[b, :, width - n :] = entry.kv[layer][1][:, :n]
-            layers.append((keys, values))
-        return DynamicCache(ddp_cache_data=layers)
+                    cache.load(first + u, entry.kv, n)
+                rows.append((first + u, ids[n:], n))
+                fresh.append(n < len(ids) // 2)
+                self.stats["prefilled_tokens"] += len(ids) - n
+        kept, sizes = self._run_packed(rows, keep_all=first)
+        logits = list(kept.split(sizes))  # per row of ``rows``
+        greedy = kept.argmax(dim=-1)  # one call for every greedy row below
+        last = (torch.tensor(sizes).cumsum(0) - 1).tolist()  # each row's last kept logit
+        # the unique prompts' rows are in slots first.., then each repeat in a copy of its slot;
+        # source[k]: the row of ``rows`` whose logits the k-th admitted row samples from
+        admitted: list[GenerationRequest | None] = [None] * len(index)
+        source = [first + u for u in range(len(index))]
+        for r, u in zip(new, unique_of):
+            if admitted[u] is None:
+                admitted[u] = r
+                continue
+            self._cache.move(first + u, first + len(admitted), len(r.prompt))
+            admitted.append(r)
+            source.append(first + u)
+        for u, r in enumerate(admitted[: len(index)]):
+            # A prompt mostly computed here (a new system prompt) is cached now, not only when its
+            # row finishes, so rows admitted at later steps (the next search agent) reuse it. One
+            # mostly served from the cache differs from it by a suffix (an injected tool answer)
+            # that other rows do not share; copying it out would cost more than it could save.
+            if fresh[u]:
+                self._remember(first + u, r.prompt)
+        emitted, accepted = [], []
+        for slot, (r, d) in enumerate(zip(running, drafts)):
+            if d:
+                tokens, n = verify_draft(logits[slot], d, r.params, r.generator)
+                self.stats["draft_tokens"] += len(d)
+                self.stats["accepted_tokens"] += n
+            else:
+                tokens, n = [self._sample_row(logits[slot][-1], r, greedy[last[slot]])], 0
+            emitted.append(tokens)
+            accepted.append(n)
+        for r, row in zip(admitted, source):
+            emitted.append([self._sample_row(logits[row][-1], r, greedy[last[row]])])
+            accepted.append(0)
+        self._running.extend(admitted)
+        return self._emit(emitted, accepted)
 
-    def _remember(self, past, mask: torch.Tensor, batch_rows: list[int], seqs: list[list[int]]) -> None:
-        """Cache the states of batch rows ``batch_rows`` (their tokens so far: ``seqs``).
-
-        ``mask`` ``[B, W]`` is aligned with the cache; the real columns of a row are its tokens in
-        order, which are the first ``mask.sum()`` tokens of its sequence (the newest sampled token
-        has not been run through the model yet).
-        """
-        for b, seq in zip(batch_rows, seqs):
-            real = mask[b].bool()
-            kv = [(layer.keys[b][:, real], layer.values[b][:, real]) for layer in past.layers]
-            self.prefix_cache.put(seq[: int(real.sum())], kv)
-
-    def _admit(self) -> list[GenerationRequest]:
-        """Prefill waiting requests into the free rows of the batch and sample their first token."""
-        room = self.max_batch - (len(self._batch.requests) if self._batch is not None else 0)
-        new = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
-        self._check_weights()
-        self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
-        logits, past, mask = self._prefill([r.prompt for r in new])
-        if self.prefix_cache is not None:
-            # cache each prompt now, not only when its row finishes: rows admitted at later steps
-            # (another search agent with the same system prompt) reuse it while this one decodes
-            self._remember(past, mask, list(range(len(new))), [r.prompt for r in new])
-        incoming = _Batch(new, past, mask, mask.sum(-1, keepdim=True) - 1, torch.zeros(len(new), dtype=torch.long))
-        finished = self._emit(incoming, [[t] for t in self._sample_rows(logits, new)])
-        if incoming.requests:
-            self._batch = incoming if self._batch is None else self._batch.merged(incoming)
-        return finished
-
-    def _decode(self) -> list[GenerationRequest]:
-        """Run every running row's newest token (and its draft, when speculating) through the model
-        and emit the next token(s) of each row."""
-        b = self._batch
-        n = len(b.requests)
-        drafts = self._drafts(b)
-        width = 1 + max(len(d) for d in drafts)
-        self.stats["decode_steps"] += 1
-        self.stats["decoded_rows"] += n
-        inputs = torch.full((n, width), self.pad_id, dtype=torch.long)
-        inputs[:, 0] = b.pending
-        new_cols = b.mask.new_zeros(n, width)
-        new_cols[:, 0] = 1
-        for i, d in enumerate(drafts):
-            inputs[i, 1 : 1 + len(d)] = torch.tensor(d, dtype=torch.long)
-            new_cols[i, 1 : 1 + len(d)] = 1
-        b.mask = torch.cat([b.mask, new_cols], dim=-1)
-        positions = b.positions + 1 + torch.arange(width)
-        logits, b.past = self._forward(inputs, b.mask, positions, b.past, keep=width)
-        if width == 1:
-            emitted = [[t] for t in self._sample_rows(logits, b.requests)]
-            accepted = [0] * n
-        else:
-            verified = [verify_draft(logits[i, : len(d) + 1], d, r.params, r.generator)
-                        for i, (r, d) in enumerate(zip(b.requests, drafts))]
-            emitted, accepted = [v[0] for v in verified], [v[1] for v in verified]
-            self.stats["draft_tokens"] += sum(len(d) for d in drafts)
-            self.stats["accepted_tokens"] += sum(accepted)
-        finished = self._emit(b, emitted, accepted, width)
-        if not b.requests:
-            self._batch = None
-        return finished
-
-    def _drafts(self, b: _Batch) -> list[list[int]]:
+    def _drafts(self, rows: list[GenerationRequest]) -> list[list[int]]:
         """An n-gram draft per row while the batch is small enough for verification to be nearly
         free (a decode step streams every weight once whatever the batch: at a few rows the extra
         positions cost little compute); none otherwise."""
-        if self.speculative_tokens <= 0 or len(b.requests) > self.speculate_max_batch:
-            return [[] for _ in b.requests]
+        if self.speculative_tokens <= 0 or len(rows) > self.speculate_max_batch:
+            return [[] for _ in rows]
         # a row emits at most its remaining budget: the draft plus the token after it
         return [ngram_draft(r.prompt + r.out, min(self.speculative_tokens, r.params.max_tokens - len(r.out) - 1))
-                if r.params.max_tokens - len(r.out) > 1 else [] for r in b.requests]
+                if r.params.max_tokens - len(r.out) > 1 else [] for r in rows]
 
-    def _emit(self, batch: _Batch, emitted: list[list[int]], accepted: list[int] | None = None,
-              width: int = 0) -> list[GenerationRequest]:
-        """Append each row's emitted tokens; rows that finish leave ``batch`` (their key/value
-        states go to the prefix cache first).
+    def _emit(self, emitted: list[list[int]], accepted: list[int]) -> list[GenerationRequest]:
+        """Append each running row's emitted tokens (slot order); rows that finish leave the batch
+        (their states go to the prefix cache first) and the last running rows move into their slots.
 
-        After a decode step (``accepted`` given, ``width`` new cache columns per row) the cache
-        holds the row's previous token and its accepted draft tokens: the columns of rejected
-        draft tokens, or of tokens after the row finished, are masked out, and positions advance
-        by the columns kept.
+        ``accepted[i]``: how many draft tokens row ``i``'s cache now holds past its previous
+        output, so a finished row's cache holds its prompt, its previous output and those.
         """
-        done, pending = [], []
-        for i, (r, tokens) in enumerate(zip(batch.requests, emitted)):
-            before = len(r.out)
-            finished = any(self._advance(r, t) for t in tokens)  # any() stops at the first finish
-            if accepted is not None:
-                valid = 1 + min(len(r.out) - before, accepted[i])
-                batch.mask[i, batch.mask.shape[1] - width + valid :] = 0
-                batch.positions[i] += valid
-            if finished:
-                done.append(i)
-            else:
-                pending.append(tokens[-1])
-        if not done:
-            batch.pending = torch.tensor(pending, dtype=torch.long)
-            return []
-        if self.prefix_cache is not None:
-            self._remember(batch.past, batch.mask, done, [batch.requests[i].prompt + batch.requests[i].out for i in done])
-        finished_requests = [batch.requests[i] for i in done]
-        for r in finished_requests:
+        done: list[tuple[int, list[int] | None]] = []  # (slot, the tokens its cache holds, if worth caching)
+        for slot, (tokens, n) in enumerate(zip(emitted, accepted)):
+            r = self._running[slot]
+            cached = len(r.prompt) + len(r.out) + n
+            if any(self._advance(r, t) for t in tokens):  # any() stops at the first finish
+                done.append((slot, (r.prompt + r.out)[:cached] if r.stopped_by_string else None))
+        finished = []
+        for slot, ids in sorted(done, reverse=True):  # from the last slot: moves never touch a finished row
+            r = self._running[slot]
+            if ids is not None:  # an agent loop continues this sequence after its tool call
+                self._remember(slot, ids)
             self._finish(r)
-        ended = set(done)
-        batch.select([i for i in range(len(batch.requests)) if i not in ended], torch.tensor(pending, dtype=torch.long))
-        return finished_requests
+            finished.append(r)
+            last = len(self._running) - 1
+            if slot != last:
+                moved = self._running[last]
+                self._cache.move(last, slot, len(moved.prompt) + len(moved.out) - 1)
+                self._running[slot] = moved
+            self._running.pop()
+        return finished[::-1]
+
+    def release(self) -> None:
+        """Free the key/value slot storage while no row is running (callers that finished a burst
+        of requests: a trainer needs the memory for its update). It is kept otherwise, because
+        allocating it again costs a first touch of every page (measured: ~0.4 s per gigabyte)."""
+        with self._lock:
+            if not self._running:
+                self._cache = None
 
     @staticmethod
-    def _sample_rows(logits: torch.Tensor, requests: list[GenerationRequest]) -> list[int]:
-        """One token per row; greedy rows in one argmax, sampled rows each with their own generator."""
-        tokens = [0] * len(requests)
-        greedy = [b for b, r in enumerate(requests) if r.params.temperature <= 0]
-        if greedy:
-            for b, tok in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
-                tokens[b] = tok
-        for b, r in enumerate(requests):
-            if r.params.temperature > 0:
-                tokens[b] = int(_sample(logits[b : b + 1], r.params, r.generator)[0])
-        return tokens
+    def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: torch.Tensor) -> int:
+        """One token from one row's logits ``[V]``: ``argmax`` (precomputed) when greedy, else a
+        sample from the row's own sampler."""
+        if r.params.temperature <= 0:
+            return int(argmax)
+        return int(_sample(logits[None], r.params, r.generator)[0])
 
     def _finish(self, r: GenerationRequest) -> None:
         text = self.tokenizer.decode(r.out, skip_special_tokens=True)
@@ -679,6 +618,6 @@ class LocalLLM:
         if r.params.stop:
             tail = self.tokenizer.decode(r.out[-self._stop_window(r.params.stop):], skip_special_tokens=True)
             if any(s and s in tail for s in r.params.stop):
-                r.finish_reason = "stop"
+                r.finish_reason, r.stopped_by_string = "stop", True
                 return True
         return len(r.out) >= r.params.max_tokens
