@@ -198,7 +198,7 @@ def test_real_smollm2_one_step():
     before = model.model.layers[0].mlp.up_proj.weight.clone()
     trainer = GRPOTrainer(model, tok, cfg)
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-               for q in ("Is Paris in France? Answer briefly.", "Name a colour.")]
+               for q in ("Is Paris in France? Answer briefly.", "Write one sentence about the sea.")]
     torch.manual_seed(0)
     trajs = make_rollout_fn(model, tok, cfg)(prompts, cfg.group_size)
     rewards = checksum_reward(prompts, trajs)

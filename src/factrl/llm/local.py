@@ -239,7 +239,6 @@ class GenerationRequest:
     generator: torch.Generator | None
     out: list[int] = field(default_factory=list)
     finish_reason: str = "length"
-    stopped_by_string: bool = False
     completion: Completion | None = None
 
     @property
@@ -549,17 +548,16 @@ class LocalLLM:
         ``accepted[i]``: how many draft tokens row ``i``'s cache now holds past its previous
         output, so a finished row's cache holds its prompt, its previous output and those.
         """
-        done: list[tuple[int, list[int] | None]] = []  # (slot, the tokens its cache holds, if worth caching)
+        done: list[tuple[int, list[int]]] = []  # (slot, the tokens its cache holds)
         for slot, (tokens, n) in enumerate(zip(emitted, accepted)):
             r = self._running[slot]
             cached = len(r.prompt) + len(r.out) + n
             if any(self._advance(r, t) for t in tokens):  # any() stops at the first finish
-                done.append((slot, (r.prompt + r.out)[:cached] if r.stopped_by_string else None))
+                done.append((slot, (r.prompt + r.out)[:cached]))
         finished = []
         for slot, ids in sorted(done, reverse=True):  # from the last slot: moves never touch a finished row
             r = self._running[slot]
-            if ids is not None:  # an agent loop continues this sequence after its tool call
-                self._remember(slot, ids)
+            self._remember(slot, ids)  # the next turn of a conversation continues this sequence
             self._finish(r)
             finished.append(r)
             last = len(self._running) - 1
@@ -618,6 +616,6 @@ class LocalLLM:
         if r.params.stop:
             tail = self.tokenizer.decode(r.out[-self._stop_window(r.params.stop):], skip_special_tokens=True)
             if any(s and s in tail for s in r.params.stop):
-                r.finish_reason, r.stopped_by_string = "stop", True
+                r.finish_reason = "stop"
                 return True
         return len(r.out) >= r.params.max_tokens
