@@ -462,12 +462,7 @@ class LocalLLM:
 
     def _step(self, new: list[GenerationRequest]) -> list[GenerationRequest]:
         """One packed forward: every running row's newest token (and its draft, when speculating)
-        and the uncached part of every admitted prompt; then emit each row's next token(s).
-
-        Admitted rows go to the slots after the running ones. Identical prompts (the ``n``
-        samples of one prompt) run once and the states are copied to the repeats' slots; each
-        prompt runs only over the tokens after its longest cached prefix.
-        """
+        and the uncached part of every admitted prompt; then emit each row's next token(s)."""
         running = self._running
         drafts = self._drafts(running)
         # a running row's cache holds its prompt and output except the newest token, which runs now
@@ -475,46 +470,11 @@ class LocalLLM:
         if running:
             self.stats["decode_steps"] += 1
             self.stats["decoded_rows"] += len(running)
-        first = len(running)
-        index: dict[tuple[int, ...], int] = {}
-        unique_of = [index.setdefault(tuple(r.prompt), len(index)) for r in new]
-        fresh: list[bool] = []  # per unique prompt: was most of it prefilled here?
-        if new:
-            self._check_weights()
-            self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
-            uniq = [list(k) for k in index]
-            self._share_prefix(uniq)
-            cache = self._slots()
-            cache.reserve(first + len(new), max(len(u) for u in uniq), self.max_batch)
-            for u, ids in enumerate(uniq):
-                entry, n = self._cached_prefix(ids)
-                if n:
-                    cache.load(first + u, entry.kv, n)
-                rows.append((first + u, ids[n:], n))
-                fresh.append(n < len(ids) // 2)
-                self.stats["prefilled_tokens"] += len(ids) - n
-        kept, sizes = self._run_packed(rows, keep_all=first)
+        uniq = self._stage_prompts(new, rows) if new else []
+        kept, sizes = self._run_packed(rows, keep_all=len(running))
         logits = list(kept.split(sizes))  # per row of ``rows``
         greedy = kept.argmax(dim=-1)  # one call for every greedy row below
         last = (torch.tensor(sizes).cumsum(0) - 1).tolist()  # each row's last kept logit
-        # the unique prompts' rows are in slots first.., then each repeat in a copy of its slot;
-        # source[k]: the row of ``rows`` whose logits the k-th admitted row samples from
-        admitted: list[GenerationRequest | None] = [None] * len(index)
-        source = [first + u for u in range(len(index))]
-        for r, u in zip(new, unique_of):
-            if admitted[u] is None:
-                admitted[u] = r
-                continue
-            self._cache.move(first + u, first + len(admitted), len(r.prompt))
-            admitted.append(r)
-            source.append(first + u)
-        for u, r in enumerate(admitted[: len(index)]):
-            # A prompt mostly computed here (a new system prompt) is cached now, not only when its
-            # row finishes, so rows admitted at later steps (the next search agent) reuse it. One
-            # mostly served from the cache differs from it by a suffix (an injected tool answer)
-            # that other rows do not share; copying it out would cost more than it could save.
-            if fresh[u]:
-                self._remember(first + u, r.prompt)
         emitted, accepted = [], []
         for slot, (r, d) in enumerate(zip(running, drafts)):
             if d:
@@ -525,11 +485,58 @@ class LocalLLM:
                 tokens, n = [self._sample_row(logits[slot][-1], r, greedy[last[slot]])], 0
             emitted.append(tokens)
             accepted.append(n)
-        for r, row in zip(admitted, source):
+        for r, row in self._place_admitted(new, uniq):
             emitted.append([self._sample_row(logits[row][-1], r, greedy[last[row]])])
             accepted.append(0)
-        self._running.extend(admitted)
         return self._emit(emitted, accepted)
+
+    def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> list[tuple[list[int], bool]]:
+        """Give each distinct prompt of ``new`` the next free slot, load its longest cached prefix
+        there and append its uncached tokens to ``rows`` (identical prompts, e.g. the ``n``
+        samples of one prompt, run once). Returns per distinct prompt ``(ids, fresh)``: fresh
+        when most of it is prefilled here."""
+        self._check_weights()
+        self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
+        uniq = list(dict.fromkeys(tuple(r.prompt) for r in new))
+        self._share_prefix([list(u) for u in uniq])
+        first = len(self._running)
+        cache = self._slots()
+        cache.reserve(first + len(new), max(len(u) for u in uniq), self.max_batch)
+        staged = []
+        for u, ids in enumerate(uniq):
+            entry, n = self._cached_prefix(list(ids))
+            if n:
+                cache.load(first + u, entry.kv, n)
+            rows.append((first + u, list(ids[n:]), n))
+            staged.append((list(ids), n < len(ids) // 2))
+            self.stats["prefilled_tokens"] += len(ids) - n
+        return staged
+
+    def _place_admitted(self, new: list[GenerationRequest], staged: list[tuple[list[int], bool]]):
+        """After the forward: the admitted requests join the running rows (the distinct prompts in
+        their staged slots, each repeat in a copy of its prompt's slot). Yields ``(request, row)``
+        in slot order, ``row`` being the row of the forward whose logits the request samples from."""
+        first = len(self._running)
+        slot_of = {tuple(ids): first + u for u, (ids, _) in enumerate(staged)}
+        admitted: list[GenerationRequest | None] = [None] * len(staged)
+        source = list(slot_of.values())
+        for r in new:
+            slot = slot_of[tuple(r.prompt)]
+            if admitted[slot - first] is None:
+                admitted[slot - first] = r
+                continue
+            self._cache.move(slot, first + len(admitted), len(r.prompt))
+            admitted.append(r)
+            source.append(slot)
+        for (ids, fresh), slot in zip(staged, slot_of.values()):
+            # A prompt mostly computed here (a new system prompt) is cached now, not only when its
+            # row finishes, so rows admitted at later steps (the next search agent) reuse it. One
+            # mostly served from the cache differs from it by a suffix (an injected tool answer)
+            # that other rows do not share; copying it out would cost more than it could save.
+            if fresh:
+                self._remember(slot, ids)
+        self._running.extend(admitted)
+        return zip(admitted, source)
 
     def _drafts(self, rows: list[GenerationRequest]) -> list[list[int]]:
         """An n-gram draft per row while the batch is small enough for verification to be nearly
