@@ -2,6 +2,8 @@
 
 import multiprocessing as mp
 
+import pytest
+
 from factrl.llm.base import Completion, SamplingParams
 from factrl.llm.cache import CachedLLM, DiskCache, cache_key
 
@@ -73,3 +75,31 @@ def test_concurrent_writers(tmp_path):
         assert p.exitcode == 0
     cache = DiskCache(path)
     assert len(cache) == 200 and cache.get("k149")[0].text == "149"
+
+
+def test_wal_switch_retries_while_the_file_is_locked():
+    """Switching a fresh file to WAL needs it to itself, and SQLite can refuse at once ("database
+    is locked", no busy wait) while another connection opens it: seen in CI when Prefect tasks
+    opened the synthesis cache together. The switch retries; other errors still raise."""
+    import sqlite3
+
+    from factrl.llm.cache import _use_wal
+
+    class Conn:
+        def __init__(self, failures, message="database is locked"):
+            self.failures, self.message, self.statements = failures, message, []
+
+        def execute(self, sql):
+            self.statements.append(sql)
+            if sql == "PRAGMA journal_mode":
+                return type("Row", (), {"fetchone": lambda _self: ("delete",)})()
+            if self.failures:
+                self.failures -= 1
+                raise sqlite3.OperationalError(self.message)
+            return None
+
+    conn = Conn(failures=2)
+    _use_wal(conn)
+    assert conn.statements.count("PRAGMA journal_mode=WAL") == 3 and conn.failures == 0
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _use_wal(Conn(failures=1, message="disk I/O error"))

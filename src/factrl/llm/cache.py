@@ -16,6 +16,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -35,6 +36,24 @@ def cache_key(model: str, kind: str, item, params: SamplingParams) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _use_wal(conn: sqlite3.Connection, attempts: int = 100) -> None:
+    """Put the database in WAL mode (persistent: done once per file).
+
+    Switching the journal mode needs the database to itself and SQLite reports "database is
+    locked" at once instead of waiting out the busy timeout, so connections opened together on a
+    fresh file (Prefect tasks each opening the cache) retry until one of them has switched it.
+    """
+    for attempt in range(attempts):
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+
+
 class DiskCache:
     """A sha256-keyed store of completion lists in SQLite (WAL), safe for concurrent writers."""
 
@@ -49,7 +68,7 @@ class DiskCache:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
