@@ -255,8 +255,8 @@ class LocalLLM:
     natively: measured here, a decode step at batch 1-4 costs about half of fp32); when the given
     ``model_obj`` holds fp32 weights (a policy under training), the engine decodes with a bf16 copy
     that it re-syncs whenever the weights change, as verl syncs the actor's weights into its
-    rollout engine. ``max_batch`` bounds the rows decoded together, which bounds memory.
-    ``prefix_cache_bytes`` bounds the key/value states kept between calls (see
+    rollout engine. ``max_batch`` bounds the rows decoded together and so the key/value slot
+    storage (kept between calls until :meth:`release`). ``prefix_cache_bytes`` bounds the key/value states kept between calls (see
     :class:`PrefixCache`; 0 turns the cache off). While at most ``speculate_max_batch`` rows
     decode (the tail of a multi-turn batch), each step also verifies an n-gram draft of up to
     ``speculative_tokens`` tokens per row (:func:`ngram_draft`, :func:`verify_draft`: the output
