@@ -300,7 +300,7 @@ class LocalLLM:
         self._lock = threading.Lock()
         self._waiting: deque[GenerationRequest] = deque()  # submitted, not yet in the batch
         self._running: list[GenerationRequest] = []  # the rows decoding now; row i is in slot i
-        self._cache: SlotCache | None = None  # their key/value states (allocated while rows run)
+        self._cache: SlotCache | None = None  # their key/value states (kept until release())
         self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self._weights_seen: list[tuple[int, int]] | None = None
         # prompt tokens given to the engine vs. tokens it actually ran the model over
@@ -425,7 +425,8 @@ class LocalLLM:
         keep = torch.cat([torch.arange(s.offset, s.offset + s.length) if i < keep_all
                           else torch.tensor([s.offset + s.length - 1]) for i, s in enumerate(segments)])
         input_ids = torch.tensor([t for _, tokens, _ in rows for t in tokens])[None]
-        # the 4-D placeholder mask is passed through untouched: slot_attention masks per segment
+        # transformers returns a 4-D mask as given instead of building one over the packed
+        # sequence; slot_attention ignores it and masks each segment itself
         logits = self._forward(input_ids, torch.ones(1, 1, 1, 1, dtype=torch.bool), plan.positions[None], cache,
                                keep=keep, slot_plan=plan)[0]
         return logits, [s.length if i < keep_all else 1 for i, s in enumerate(segments)]
@@ -447,7 +448,7 @@ class LocalLLM:
         self.stats["prefilled_tokens"] += n
         self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
 
-    def _cached_prefix(self, ids: list[int]) -> tuple[_Entry | None, int]:
+    def _cached_prefix(self, ids: Sequence[int]) -> tuple[_Entry | None, int]:
         """The prefix-cache entry to reuse for ``ids`` and how many of its tokens (at least one
         token of ``ids`` is left to run, for its logits)."""
         if self.prefix_cache is None:
@@ -455,7 +456,7 @@ class LocalLLM:
         entry, n = self.prefix_cache.longest(torch.tensor(ids))
         return entry, max(0, min(n, len(ids) - 1))
 
-    def _remember(self, slot: int, ids: list[int]) -> None:
+    def _remember(self, slot: int, ids: Sequence[int]) -> None:
         """Put the states of ``ids`` (the tokens cached in ``slot``) in the prefix cache."""
         if self.prefix_cache is not None and not self.prefix_cache.covers(ids):
             self.prefix_cache.put(ids, self._cache.read(slot, len(ids)))
@@ -470,11 +471,12 @@ class LocalLLM:
         if running:
             self.stats["decode_steps"] += 1
             self.stats["decoded_rows"] += len(running)
-        uniq = self._stage_prompts(new, rows) if new else []
+        staged = self._stage_prompts(new, rows) if new else {}
         kept, sizes = self._run_packed(rows, keep_all=len(running))
         logits = list(kept.split(sizes))  # per row of ``rows``
-        greedy = kept.argmax(dim=-1)  # one call for every greedy row below
         last = (torch.tensor(sizes).cumsum(0) - 1).tolist()  # each row's last kept logit
+        # one argmax for every greedy row below (none at all for sampled rollouts)
+        greedy = kept.argmax(dim=-1).tolist() if any(r.params.temperature <= 0 for r in (*running, *new)) else None
         emitted, accepted = [], []
         for slot, (r, d) in enumerate(zip(running, drafts)):
             if d:
@@ -482,19 +484,19 @@ class LocalLLM:
                 self.stats["draft_tokens"] += len(d)
                 self.stats["accepted_tokens"] += n
             else:
-                tokens, n = [self._sample_row(logits[slot][-1], r, greedy[last[slot]])], 0
+                tokens, n = [self._sample_row(logits[slot][-1], r, greedy and greedy[last[slot]])], 0
             emitted.append(tokens)
             accepted.append(n)
-        for r, row in self._place_admitted(new, uniq):
-            emitted.append([self._sample_row(logits[row][-1], r, greedy[last[row]])])
+        for r, row in self._place_admitted(new, staged):
+            emitted.append([self._sample_row(logits[row][-1], r, greedy and greedy[last[row]])])
             accepted.append(0)
         return self._emit(emitted, accepted)
 
-    def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> list[tuple[list[int], bool]]:
+    def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> dict[tuple[int, ...], bool]:
         """Give each distinct prompt of ``new`` the next free slot, load its longest cached prefix
         there and append its uncached tokens to ``rows`` (identical prompts, e.g. the ``n``
-        samples of one prompt, run once). Returns per distinct prompt ``(ids, fresh)``: fresh
-        when most of it is prefilled here."""
+        samples of one prompt, run once). Returns the distinct prompts in slot order, each mapped
+        to whether most of it is prefilled here (fresh)."""
         self._check_weights()
         self.stats["prompt_tokens"] += sum(len(r.prompt) for r in new)
         uniq = list(dict.fromkeys(tuple(r.prompt) for r in new))
@@ -502,22 +504,22 @@ class LocalLLM:
         first = len(self._running)
         cache = self._slots()
         cache.reserve(first + len(new), max(len(u) for u in uniq), self.max_batch)
-        staged = []
+        staged = {}
         for u, ids in enumerate(uniq):
-            entry, n = self._cached_prefix(list(ids))
+            entry, n = self._cached_prefix(ids)
             if n:
                 cache.load(first + u, entry.kv, n)
             rows.append((first + u, list(ids[n:]), n))
-            staged.append((list(ids), n < len(ids) // 2))
+            staged[ids] = n < len(ids) // 2
             self.stats["prefilled_tokens"] += len(ids) - n
         return staged
 
-    def _place_admitted(self, new: list[GenerationRequest], staged: list[tuple[list[int], bool]]):
+    def _place_admitted(self, new: list[GenerationRequest], staged: dict[tuple[int, ...], bool]):
         """After the forward: the admitted requests join the running rows (the distinct prompts in
         their staged slots, each repeat in a copy of its prompt's slot). Yields ``(request, row)``
         in slot order, ``row`` being the row of the forward whose logits the request samples from."""
         first = len(self._running)
-        slot_of = {tuple(ids): first + u for u, (ids, _) in enumerate(staged)}
+        slot_of = {ids: first + u for u, ids in enumerate(staged)}
         admitted: list[GenerationRequest | None] = [None] * len(staged)
         source = list(slot_of.values())
         for r in new:
@@ -528,7 +530,7 @@ class LocalLLM:
             self._cache.move(slot, first + len(admitted), len(r.prompt))
             admitted.append(r)
             source.append(slot)
-        for (ids, fresh), slot in zip(staged, slot_of.values()):
+        for (ids, fresh), slot in zip(staged.items(), slot_of.values()):
             # A prompt mostly computed here (a new system prompt) is cached now, not only when its
             # row finishes, so rows admitted at later steps (the next search agent) reuse it. One
             # mostly served from the cache differs from it by a suffix (an injected tool answer)
@@ -584,7 +586,7 @@ class LocalLLM:
                 self._cache = None
 
     @staticmethod
-    def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: torch.Tensor) -> int:
+    def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: int | None) -> int:
         """One token from one row's logits ``[V]``: ``argmax`` (precomputed) when greedy, else a
         sample from the row's own sampler."""
         if r.params.temperature <= 0:
