@@ -41,6 +41,11 @@ class SamplingParams:
     seed: int | None = None
     ignore_eos: bool = False
 
+    @property
+    def greedy(self) -> bool:
+        """Argmax decoding (a temperature of 0 or below)."""
+        return self.temperature <= 0
+
 
 @dataclass
 class Completion:

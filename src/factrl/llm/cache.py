@@ -26,7 +26,7 @@ from factrl.llm.models import cache_dir
 
 def cacheable(params: SamplingParams) -> bool:
     """A call is reproducible, hence cacheable, when greedy or seeded."""
-    return params.temperature <= 0 or params.seed is not None
+    return params.greedy or params.seed is not None
 
 
 def cache_key(model: str, kind: str, item, params: SamplingParams) -> str:

@@ -65,7 +65,7 @@ def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
     """Pick one token per row of ``logits`` ``[B, V]``: argmax when greedy, else sample."""
-    if params.temperature <= 0:
+    if params.greedy:
         return logits.argmax(dim=-1)
     return torch.multinomial(_probs(logits, params), 1, generator=generator).squeeze(-1)
 
@@ -98,7 +98,7 @@ def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingPar
     """
     out: list[int] = []
     for j, x in enumerate(draft):
-        if params.temperature <= 0:
+        if params.greedy:
             t = int(logits[j].argmax())
             if t != x:
                 return out + [t], len(out)
@@ -256,13 +256,13 @@ class LocalLLM:
     ``model_obj`` holds fp32 weights (a policy under training), the engine decodes with a bf16 copy
     that it re-syncs whenever the weights change, as verl syncs the actor's weights into its
     rollout engine. ``max_batch`` bounds the rows decoded together and so the key/value slot
-    storage (kept between calls until :meth:`release`). ``prefix_cache_bytes`` bounds the key/value states kept between calls (see
-    :class:`PrefixCache`; 0 turns the cache off). While at most ``speculate_max_batch`` rows
-    decode (the tail of a multi-turn batch), each step also verifies an n-gram draft of up to
-    ``speculative_tokens`` tokens per row (:func:`ngram_draft`, :func:`verify_draft`: the output
-    is unchanged, greedy or sampled); 0 turns it off. The cache is cleared by
-    :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model was modified
-    in place or replaced since the last call.
+    storage (kept between calls until :meth:`release`). ``prefix_cache_bytes`` bounds the
+    key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). While
+    at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step also
+    verifies an n-gram draft of up to ``speculative_tokens`` tokens per row (:func:`ngram_draft`,
+    :func:`verify_draft`: the output is unchanged, greedy or sampled); 0 turns it off. The cache
+    is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model
+    was modified in place or replaced since the last call.
     """
 
     def __init__(
@@ -476,7 +476,7 @@ class LocalLLM:
         logits = list(kept.split(sizes))  # per row of ``rows``
         last = (torch.tensor(sizes).cumsum(0) - 1).tolist()  # each row's last kept logit
         # one argmax for every greedy row below (none at all for sampled rollouts)
-        greedy = kept.argmax(dim=-1).tolist() if any(r.params.temperature <= 0 for r in (*running, *new)) else None
+        greedy = kept.argmax(dim=-1).tolist() if any(r.params.greedy for r in (*running, *new)) else None
         emitted, accepted = [], []
         for slot, (r, d) in enumerate(zip(running, drafts)):
             if d:
@@ -589,7 +589,7 @@ class LocalLLM:
     def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: int | None) -> int:
         """One token from one row's logits ``[V]``: ``argmax`` (precomputed) when greedy, else a
         sample from the row's own sampler."""
-        if r.params.temperature <= 0:
+        if r.params.greedy:
             return int(argmax)
         return int(_sample(logits[None], r.params, r.generator)[0])
 
