@@ -195,6 +195,15 @@ class SlotCache(Cache):
             layer.is_initialized = True
         self.clean += [0] * (new_slots - len(self.clean))
 
+    def begin(self, plan: SlotPlan) -> None:
+        """Make ``plan`` the next forward's: its segments' columns count as written and the rows it
+        attends in one batch read only finite columns (:meth:`ensure_clean`)."""
+        for s in plan.segments:
+            self.written(s.slot, s.start + s.length)
+        for s in plan.segments[: plan.batched]:
+            self.ensure_clean(s.slot, plan.batched_width)
+        self.plan = plan
+
     def written(self, slot: int, end: int) -> None:
         """Columns ``0..end-1`` of ``slot`` now hold states."""
         self.clean[slot] = max(self.clean[slot], end)

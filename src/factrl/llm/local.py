@@ -417,11 +417,7 @@ class LocalLLM:
         cache = self._slots()
         plan = SlotPlan(cache, segments)
         cache.reserve(max(s.slot for s in segments) + 1, plan.span(), self.max_batch)
-        for s in segments:
-            cache.written(s.slot, s.start + s.length)
-        for s in segments[: plan.batched]:
-            cache.ensure_clean(s.slot, plan.batched_width)
-        cache.plan = plan
+        cache.begin(plan)
         keep = torch.cat([torch.arange(s.offset, s.offset + s.length) if i < keep_all
                           else torch.tensor([s.offset + s.length - 1]) for i, s in enumerate(segments)])
         input_ids = torch.tensor([t for _, tokens, _ in rows for t in tokens])[None]
