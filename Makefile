@@ -49,7 +49,7 @@ demo-long: setup
 	$(BIN)/factrl profile long
 	$(BIN)/dvc repro
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
-	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
+	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
 
 test: setup
 	$(BIN)/python -m pytest

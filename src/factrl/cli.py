@@ -8,7 +8,7 @@
     factrl traces ROLLOUTS.parquet -o traces.html   a static page to browse rollouts (factrl.eval.traces)
     factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
     factrl profile tiny|long|paper      merge profiles/<name>.yaml into params.yaml (factrl.profiles)
-    factrl train-summary [DIR]          how reward / format validity moved in metrics/train (factrl.rl.curves)
+    factrl train-summary [DIR] [--block N]  how reward / format / accuracy moved in metrics/train (factrl.rl.curves)
 
 Sub-commands import their module lazily, so `factrl --help` stays fast.
 """
@@ -30,7 +30,7 @@ COMMANDS = {
     "evaluate": ("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
     "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
     "profile": ("factrl.profiles", "apply a params profile from profiles/ (tiny, long, paper) to params.yaml"),
-    "train-summary": ("factrl.rl.curves", "first vs second half of each training curve in metrics/train"),
+    "train-summary": ("factrl.rl.curves", "first vs second half (or --block N: per-block means) of each training curve in metrics/train"),
 }
 
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         parser.print_help()
         return 0
-    args, rest = parser.parse_known_args(argv[:1])
+    args, _rest = parser.parse_known_args(argv[:1])
     if "." not in sys.path:
         # stages/ and flows/ live at the repository root (thin entry points, not library code):
         # the command is run from there, as `dvc repro` is.

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from factrl.config import GRPOParams
-from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, step_prompts
+from factrl.rewards.haris import reasoning_reward
+from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, step_prompts, uniform_group_rate
 from tests.rl.tiny import TINY_CFG, make_rollout_fn, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,6 +157,21 @@ def test_step_prompts_cover_every_prompt_each_epoch():
     assert step_prompts(10, 2, seed=1, step=3) == step_prompts(10, 2, seed=1, step=3)
 
 
+def test_reward_parts_become_rate_columns():
+    right = "<think>Both hops check out.</think><verification>\\boxed{Support}</verification>"
+    results = [reasoning_reward(right, "SUPPORTS"), reasoning_reward(right, "REFUTES"),
+               reasoning_reward("no verdict", "SUPPORTS"), reasoning_reward(right, "SUPPORTS")]
+    assert [r.score for r in results] == [1.0, 0.1, 0.0, 1.0]
+    assert part_rates(results) == {"correct_rate": 0.5}  # format is format_valid_rate's job
+    assert part_rates([1.0, 0.0]) == {}  # plain-float rewards have no parts
+
+
+def test_uniform_group_rate_counts_groups_without_signal():
+    # group 0 all equal (zero advantages), group 1 mixed, group 2 all equal
+    assert uniform_group_rate([0.1, 0.1, 1.0, 0.1, 0.55, 0.55], [0, 0, 1, 1, 2, 2]) == pytest.approx(2 / 3)
+    assert uniform_group_rate([1.0, 0.0], [0, 0]) == 0.0
+
+
 def _rows(path):
     with open(path) as f:
         return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(f)]
@@ -169,6 +185,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     straight = tmp_path / "straight"
     rows = run(str(straight))
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(0.0 <= r["uniform_group_rate"] <= 1.0 for r in rows)
     assert [p.name for p in checkpoints(straight / "checkpoints")] == ["step-000002", "step-000004"]
 
     killed = tmp_path / "killed"

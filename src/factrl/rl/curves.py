@@ -1,20 +1,24 @@
-"""Summarise training curves (metrics/train/*.csv): how reward and format validity moved.
+"""Summarise training curves (metrics/train/*.csv): how reward, format and accuracy moved.
 
 Per-step means over a handful of rollouts are noisy, so each run is summarised as the mean of
-its first half of steps against the mean of its second half.
+its first half of steps against the mean of its second half; ``--block N`` prints a table of
+means over blocks of N steps instead, with the columns that show a collapse: search calls per
+rollout and the share of groups whose rewards were all equal (no GRPO signal).
 
-    factrl train-summary [metrics/train]
+    factrl train-summary [metrics/train] [--block 8]
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import statistics
 import sys
 from pathlib import Path
 
-COLUMNS = ("reward_mean", "format_valid_rate")
+COLUMNS = ("reward_mean", "format_valid_rate", "correct_rate", "useful_rate")
+BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kl", "response_length", "step_time")
 
 
 def halves(values: list[float]) -> tuple[float, float]:
@@ -25,27 +29,55 @@ def halves(values: list[float]) -> tuple[float, float]:
     return (statistics.fmean(values[: math.ceil(mid)]), statistics.fmean(values[math.floor(mid):]))
 
 
-def summarize(path: Path) -> str:
-    """One line: ``name: N steps, reward_mean a -> b, format_valid_rate c -> d``."""
+def read_curve(path: Path) -> list[dict[str, float]]:
+    """The rows of one curve file, numeric cells only (a column a run did not log is absent)."""
     with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        return [{k: float(v) for k, v in row.items() if v not in (None, "")} for row in csv.DictReader(f)]
+
+
+def summarize(path: Path) -> str:
+    """One line: ``name: N steps, reward_mean a -> b, format_valid_rate c -> d, ...``."""
+    rows = read_curve(path)
     parts = [f"{path.stem}: {len(rows)} steps"]
     for col in COLUMNS:
-        values = [float(r[col]) for r in rows if r.get(col) not in (None, "")]
+        values = [r[col] for r in rows if col in r]
         if values:
             first, second = halves(values)
             parts.append(f"{col} {first:.3f} -> {second:.3f}")
     return ", ".join(parts) + " (first half -> second half of the steps)"
 
 
+def block_table(path: Path, block: int) -> str:
+    """A markdown table of column means over consecutive blocks of ``block`` steps."""
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    rows = read_curve(path)
+    if not rows:
+        return f"{path.stem}: 0 steps"
+    cols = [c for c in BLOCK_COLUMNS if any(c in r for r in rows)]
+    lines = [f"{path.stem}: {len(rows)} steps", "| steps | " + " | ".join(cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    for start in range(0, len(rows), block):
+        chunk = rows[start : start + block]
+        cells = []
+        for col in cols:
+            values = [r[col] for r in chunk if col in r]
+            cells.append(f"{statistics.fmean(values):.3g}" if values else "")
+        lines.append(f"| {start + 1}-{start + len(chunk)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    root = Path((argv or sys.argv[1:] or ["metrics/train"])[0])
-    paths = sorted(root.glob("*.csv"))
+    parser = argparse.ArgumentParser(prog="factrl train-summary", description=__doc__.splitlines()[0])
+    parser.add_argument("root", nargs="?", default="metrics/train", help="directory of curve CSVs")
+    parser.add_argument("--block", type=int, default=0, help="print means over blocks of this many steps")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    paths = sorted(Path(args.root).glob("*.csv"))
     if not paths:
-        print(f"no training curves under {root}", file=sys.stderr)
+        print(f"no training curves under {args.root}", file=sys.stderr)
         return 1
     for path in paths:
-        print(summarize(path))
+        print(block_table(path, args.block) + "\n" if args.block else summarize(path))
     return 0
 
 

@@ -220,12 +220,12 @@ class GRPOTrainer:
                 num_seqs = sum((mb.mask.sum(-1) > 0).sum() for mb in mbs)
                 if num_tokens == 0:  # nothing generated to train on (e.g. every response empty)
                     continue
-                part = dict(pg_loss=0.0, kl=0.0, entropy=0.0, clipfrac=0.0, clipfrac_lower=0.0, ppo_kl=0.0)
+                part = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "clipfrac_lower": 0.0, "ppo_kl": 0.0}
                 for mb in mbs:
                     logp, entropy = self._logp(self.model, mb, with_entropy=True)
                     old = mb.old_logp if mb.old_logp is not None else logp.detach()
                     share = float(mb.mask.sum() / num_tokens) if num_tokens > 0 else 0.0
-                    agg_kw = dict(num_tokens=num_tokens, num_seqs=num_seqs)
+                    agg_kw = {"num_tokens": num_tokens, "num_seqs": num_seqs}
                     pg, stats = policy_loss(
                         logp, old, mb.advantages, mb.mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
                         cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, **agg_kw,
@@ -405,6 +405,29 @@ def _scores(results: Sequence[Any]) -> tuple[list[float], list[float] | None]:
     return scores, (known if len(known) == len(valid) else None)
 
 
+def part_rates(results: Sequence[Any]) -> dict[str, float]:
+    """Mean of each reward part over a batch, as ``<part>_rate`` columns (``correct_rate``: the
+    reasoning agent's training accuracy; ``useful_rate``: the search agent's judged-useful share).
+
+    Only parts every result reports are averaged; ``format`` is left out (``format_valid_rate``
+    already reports it) and plain-float rewards have no parts.
+    """
+    parts = [getattr(r, "parts", None) or {} for r in results]
+    if not parts:
+        return {}
+    common = set(parts[0]).intersection(*parts[1:]) - {"format"}
+    return {f"{name}_rate": float(np.mean([p[name] for p in parts])) for name in sorted(common)}
+
+
+def uniform_group_rate(scores: Sequence[float], group_ids: Sequence[int]) -> float:
+    """Share of groups whose rewards are all equal: their advantages are 0, so GRPO learns nothing
+    from them but the KL term (a rate near 1 means the policy has collapsed onto one answer)."""
+    groups: dict[int, set[float]] = {}
+    for g, s in zip(group_ids, scores):
+        groups.setdefault(g, set()).add(s)
+    return float(np.mean([len(v) == 1 for v in groups.values()]))
+
+
 def write_metrics(rows: list[dict], path: str | Path) -> None:
     """Write all metrics rows as CSV atomically (one row per step; a DVC plots file)."""
     columns: list[str] = []
@@ -454,7 +477,8 @@ def train(
             )
         expanded = [item for item in items for _ in range(cfg.group_size)]
         t1 = time.perf_counter()
-        scores, valid = _scores(reward_fn(expanded, trajectories))
+        results = reward_fn(expanded, trajectories)
+        scores, valid = _scores(results)
         group_ids = [k for k in range(len(items)) for _ in range(cfg.group_size)]
         t2 = time.perf_counter()
         metrics = trainer.step(trajectories, scores, group_ids)
@@ -462,6 +486,8 @@ def train(
         row = {"step": step + 1, **metrics}
         if valid is not None:  # only reward functions that judge format report it
             row["format_valid_rate"] = float(np.mean(valid))
+        row.update(part_rates(results))
+        row["uniform_group_rate"] = uniform_group_rate(scores, group_ids)
         row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in trajectories]))
         row.update(rollout_time=t1 - t0, reward_time=t2 - t1, train_time=t3 - t2, step_time=t3 - t0)
         rows.append(row)
