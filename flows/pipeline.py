@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from factrl.config import PipelineParams, load_section
+from factrl.eval.report import markdown_table
 
 
 def stage_order(repo_root: str | Path = ".") -> list[str]:
@@ -73,16 +74,15 @@ def _publish_metrics(repo_root: str, results: dict[str, bool]) -> None:
     """Show the run's stage table and DVC metrics as a Prefect markdown artifact."""
     from dvc.repo import Repo
 
-    lines = ["| stage | ran |", "|---|---|"] + [f"| {s} | {'yes' if r else 'skipped'} |" for s, r in results.items()]
+    lines = [markdown_table(["stage", "ran"], [[s, "yes" if r else "skipped"] for s, r in results.items()])]
     with Repo(repo_root) as repo:
         metrics = repo.metrics.show()
     eval_rows = _eval_table(Path(repo_root) / EVAL_METRICS)
     if eval_rows:
         # the evaluation first: the full metrics dump below may be cut to fit the artifact
         header = list(eval_rows[0])
-        lines += ["", "## Evaluation (metrics/eval.json)", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(str(r[k]) for k in header) + " |" for r in eval_rows]
+        lines += ["", "## Evaluation (metrics/eval.json)", "",
+                  markdown_table(header, [[str(r[k]) for k in header] for r in eval_rows])]
     lines += ["", "```json", json.dumps(metrics.get("", {}).get("data", {}), indent=1, default=str)[:20000], "```"]
     create_markdown_artifact(key="factrl-pipeline-run", markdown="\n".join(lines), description="dvc repro")
     if eval_rows:

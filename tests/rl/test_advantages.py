@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from factrl.rl.advantages import grpo_advantages, token_advantages
+from factrl.rl.advantages import grpo_advantages, token_advantages, uniform_group_rate
 
 
 def test_one_correct_in_a_group_of_five():
@@ -20,6 +20,17 @@ def test_equal_rewards_give_zero_advantage_and_groups_are_independent():
     adv = grpo_advantages(torch.tensor([0.1, 0.1, 1.0, 0.0]), [7, 7, "x", "x"])
     assert adv[:2].tolist() == [0.0, 0.0]
     assert adv[2].item() > 0 > adv[3].item()
+
+
+def test_uniform_group_rate_counts_groups_without_signal():
+    # group 7 all equal (zero advantages), group "x" mixed, group 2 all equal
+    rewards, groups = [0.1, 0.1, 1.0, 0.1, 0.55, 0.55], [7, 7, "x", "x", 2, 2]
+    assert uniform_group_rate(rewards, groups) == pytest.approx(2 / 3)
+    adv = grpo_advantages(torch.tensor(rewards), groups)
+    assert adv[[0, 1, 4, 5]].tolist() == [0.0] * 4 and adv[2] != 0  # what the rate counts
+    assert uniform_group_rate([1.0, 0.0], [0, 0]) == 0.0
+    with pytest.raises(ValueError, match="3 rewards but 2 group ids"):
+        uniform_group_rate([1.0, 0.0, 1.0], [0, 0])
 
 
 def test_dr_grpo_only_centres():

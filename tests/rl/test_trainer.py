@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from factrl.config import GRPOParams
 from factrl.rewards.haris import reasoning_reward
-from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, step_prompts, uniform_group_rate
+from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, step_prompts
 from tests.rl.tiny import TINY_CFG, make_rollout_fn, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,12 +164,6 @@ def test_reward_parts_become_rate_columns():
     assert [r.score for r in results] == [1.0, 0.1, 0.0, 1.0]
     assert part_rates(results) == {"correct_rate": 0.5}  # format is format_valid_rate's job
     assert part_rates([1.0, 0.0]) == {}  # plain-float rewards have no parts
-
-
-def test_uniform_group_rate_counts_groups_without_signal():
-    # group 0 all equal (zero advantages), group 1 mixed, group 2 all equal
-    assert uniform_group_rate([0.1, 0.1, 1.0, 0.1, 0.55, 0.55], [0, 0, 1, 1, 2, 2]) == pytest.approx(2 / 3)
-    assert uniform_group_rate([1.0, 0.0], [0, 0]) == 0.0
 
 
 def _rows(path):

@@ -69,7 +69,8 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.2f}"
 
 
-def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table: ``header`` cells, then one line per row of ``body``."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)
@@ -91,7 +92,7 @@ def table1_markdown(rows: Sequence[Mapping], *, reference: bool = True) -> str:
     if reference:
         for system, values in PAPER_TABLE1.items():
             body.append([f"{system} (paper)", *("–" if v is None else f"{v:.2f}" for v in values)])
-    return _table(["System", *(label for *_, label in TABLE1_COLUMNS)], body)
+    return markdown_table(["System", *(label for *_, label in TABLE1_COLUMNS)], body)
 
 
 def other_datasets_markdown(rows: Sequence[Mapping]) -> str | None:
@@ -115,7 +116,7 @@ def other_datasets_markdown(rows: Sequence[Mapping]) -> str | None:
                 r = idx.get((system, d, h, m))
                 row.append(_pct(r["value"]) if r else "–")
         body.append(row)
-    return _table(header, body)
+    return markdown_table(header, body)
 
 
 def intervals_markdown(rows: Sequence[Mapping], metrics: Sequence[str] = ("accuracy", "f1_weighted")) -> str:
@@ -128,7 +129,7 @@ def intervals_markdown(rows: Sequence[Mapping], metrics: Sequence[str] = ("accur
         ci = "–" if r.get("ci_low") is None else f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
         body.append([r["system"], r["dataset"], "–" if hops is None else str(hops), r["metric"],
                      _pct(r["value"]), ci, str(r.get("n") or "–")])
-    return _table(["System", "Dataset", "Hops", "Metric", "Value", "95% CI", "n"], body)
+    return markdown_table(["System", "Dataset", "Hops", "Metric", "Value", "95% CI", "n"], body)
 
 
 def render_report(

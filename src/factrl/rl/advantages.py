@@ -59,6 +59,22 @@ def grpo_advantages(
         return centred / (std[index] + eps) if norm_by_std else centred
 
 
+def uniform_group_rate(rewards: torch.Tensor, group_ids: Sequence | np.ndarray | torch.Tensor) -> float:
+    """Share of groups whose rewards are all equal.
+
+    rewards: ``[B]``; group_ids: ``[B]`` as in :func:`grpo_advantages`. Such a group's advantages
+    are 0, so GRPO learns nothing from it but the KL term: a rate near 1 means the policy's
+    samples agree on every prompt (collapse), and a step at 1 trains on no reward at all.
+    """
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    index, num_groups = group_index(group_ids)
+    if index.numel() != rewards.numel():
+        raise ValueError(f"{rewards.numel()} rewards but {index.numel()} group ids")
+    high = torch.full((num_groups,), -torch.inf).scatter_reduce(0, index, rewards, "amax")
+    low = torch.full((num_groups,), torch.inf).scatter_reduce(0, index, rewards, "amin")
+    return float((high == low).float().mean())
+
+
 def token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Broadcast sequence advantages ``[B]`` over response tokens: ``[B, T]``, zero where ``mask`` is 0."""
     return advantages.unsqueeze(-1) * mask.to(advantages.dtype)

@@ -17,6 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from factrl.eval.report import markdown_table
+
 COLUMNS = ("reward_mean", "format_valid_rate", "correct_rate", "useful_rate")
 BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kl", "response_length", "step_time")
 
@@ -55,16 +57,15 @@ def block_table(path: Path, block: int) -> str:
     if not rows:
         return f"{path.stem}: 0 steps"
     cols = [c for c in BLOCK_COLUMNS if any(c in r for r in rows)]
-    lines = [f"{path.stem}: {len(rows)} steps", "| steps | " + " | ".join(cols) + " |",
-             "|---" * (len(cols) + 1) + "|"]
+    body = []
     for start in range(0, len(rows), block):
         chunk = rows[start : start + block]
-        cells = []
+        cells = [f"{start + 1}-{start + len(chunk)}"]
         for col in cols:
             values = [r[col] for r in chunk if col in r]
             cells.append(f"{statistics.fmean(values):.3g}" if values else "")
-        lines.append(f"| {start + 1}-{start + len(chunk)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return f"{path.stem}: {len(rows)} steps\n" + markdown_table(["steps", *cols], body)
 
 
 def main(argv: list[str] | None = None) -> int:

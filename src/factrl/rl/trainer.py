@@ -37,7 +37,7 @@ import torch
 
 from factrl.config import GRPOParams
 from factrl.io import atomic_path
-from factrl.rl.advantages import grpo_advantages, token_advantages
+from factrl.rl.advantages import grpo_advantages, token_advantages, uniform_group_rate
 from factrl.rl.kl import kl_penalty
 from factrl.rl.losses import (
     agg_loss,
@@ -417,15 +417,6 @@ def part_rates(results: Sequence[Any]) -> dict[str, float]:
         return {}
     common = set(parts[0]).intersection(*parts[1:]) - {"format"}
     return {f"{name}_rate": float(np.mean([p[name] for p in parts])) for name in sorted(common)}
-
-
-def uniform_group_rate(scores: Sequence[float], group_ids: Sequence[int]) -> float:
-    """Share of groups whose rewards are all equal: their advantages are 0, so GRPO learns nothing
-    from them but the KL term (a rate near 1 means the policy has collapsed onto one answer)."""
-    groups: dict[int, set[float]] = {}
-    for g, s in zip(group_ids, scores):
-        groups.setdefault(g, set()).add(s)
-    return float(np.mean([len(v) == 1 for v in groups.values()]))
 
 
 def write_metrics(rows: list[dict], path: str | Path) -> None:
