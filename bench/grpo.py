@@ -5,7 +5,8 @@ Both train SmolLM2-135M (the same checkpoint) on the same prompts, in this one p
 tokens (EOS is disabled in both samplers so lengths cannot differ), temperature 1.0, no top-k /
 top-p, one optimizer update per step (no gradient accumulation: one micro-batch of all
 completions), AdamW lr 1e-6, KL to a frozen reference with coefficient 0.001 (k3), token-mean
-loss, bf16 autocast on CPU, the same reward (a checksum of the completion text).
+loss, the same precision on both sides (``auto``: bf16 autocast only where the CPU computes bf16
+natively, see factrl.hardware), the same reward (a checksum of the completion text).
 
 A "GRPO step" is what each library does per optimizer update: sample the group, score it,
 compute the loss and backward, step the optimizer. It is timed with ``perf_counter`` around
@@ -34,12 +35,14 @@ import torch
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.config import GRPOParams
+from factrl.hardware import hardware_record, use_bf16
 from factrl.io import write_json
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import load_model_and_tokenizer, resolve_model_path
 from factrl.rl.trainer import GRPOTrainer
 
 RESULTS = Path(__file__).parent / "results" / "grpo.json"
+PRECISION = "auto"  # what the pipeline uses: bf16 only where this CPU computes it natively
 QUESTIONS = [
     "Is the claim 'The Nile flows into the Mediterranean' supported? Think step by step.",
     "Verify: Mount Everest is in the Alps.",
@@ -63,10 +66,10 @@ def ours(args, texts: list[str], steps: int, seed: int) -> dict[str, list[float]
     model, tok = load_model_and_tokenizer("smollm2-135m")
     cfg = replace(
         GRPOParams(), group_size=args.group, prompts_per_step=args.prompts, lr=1e-6, kl_coef=0.001,
-        micro_batch_size=args.prompts * args.group, max_new_tokens=args.length, bf16=True,
+        micro_batch_size=args.prompts * args.group, max_new_tokens=args.length, precision=PRECISION,
     )
     trainer = GRPOTrainer(model, tok, cfg)
-    llm = LocalLLM(model_obj=model, tokenizer=tok, bf16=True, max_batch=64)
+    llm = LocalLLM(model_obj=model, tokenizer=tok, precision=PRECISION, max_batch=64)
     llm.eos_ids = set()  # sample exactly `length` tokens, as min_new_tokens does on the TRL side
     params = RolloutParams(max_new_tokens=args.length, temperature=1.0)
     prompt_ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -99,7 +102,7 @@ def trl_run(args, texts: list[str], steps: int, workdir: Path) -> dict[str, list
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     n = args.prompts * args.group
     config = GRPOConfig(
-        output_dir=str(workdir / "trl"), use_cpu=True, bf16=True, report_to=[], save_strategy="no",
+        output_dir=str(workdir / "trl"), use_cpu=True, bf16=use_bf16(PRECISION), report_to=[], save_strategy="no",
         logging_steps=1, max_steps=steps + 1, learning_rate=1e-6, lr_scheduler_type="constant",
         weight_decay=0.01, max_grad_norm=1.0, per_device_train_batch_size=n, gradient_accumulation_steps=1,
         num_generations=args.group, max_completion_length=args.length, temperature=1.0, top_p=1.0, top_k=0,
@@ -177,7 +180,7 @@ def main() -> None:
         "setup": {
             "model": "smollm2-135m", "prompts_per_step": args.prompts, "group_size": args.group,
             "completion_tokens": args.length, "timed_steps": {"factrl": len(mine["step"]), "trl": len(b["step"])},
-            "lr": 1e-6, "kl_coef": 0.001, "loss": "token-mean (TRL bnpo)", "bf16_autocast": True,
+            "lr": 1e-6, "kl_coef": 0.001, "loss": "token-mean (TRL bnpo)", "bf16_autocast": use_bf16(PRECISION), "hardware": hardware_record(PRECISION),
             "grad_accum": 1, "trl_version": trl.__version__, "torch": torch.__version__,
             "timing": "perf_counter around sample+score+loss+backward+optimizer per step; warm-up step "
                       "excluded; order factrl, TRL, factrl; medians",

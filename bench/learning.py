@@ -42,7 +42,7 @@ from factrl.io import write_json  # noqa: E402
 from factrl.llm.local import LocalLLM  # noqa: E402
 from factrl.llm.signatures import make_judge  # noqa: E402
 from factrl.rewards.haris import reasoning_reward  # noqa: E402
-from factrl.rl import rounds  # noqa: E402
+from factrl.recipes import haris_rounds  # noqa: E402
 
 
 def world(root: Path, seed: int = 21) -> tuple[pa.Table, Path]:
@@ -75,13 +75,13 @@ def qa_from_hops(claims: pa.Table) -> pa.Table:
 
 def reasoning_scores(llm, search_llm, retriever, claims: list[dict], p, samples: int) -> dict:
     """format_valid_rate and mean_reward (sampled at the training temperature), greedy accuracy."""
-    tool = rounds.search_agent_tool(search_llm, rounds.RetrieverTool(retriever, k=p.top_k),
-                                    rounds.served_search_params(p))
-    sampled = rounds.reasoning_rollout_fn(llm, tool, rounds.reasoning_rollout_params(p))(claims, samples)
+    tool = haris_rounds.search_agent_tool(search_llm, haris_rounds.RetrieverTool(retriever, k=p.top_k),
+                                    haris_rounds.served_search_params(p))
+    sampled = haris_rounds.reasoning_rollout_fn(llm, tool, haris_rounds.reasoning_rollout_params(p))(claims, samples)
     rewards = [reasoning_reward(t.response_text, c["label"]) for c, t in
                zip([c for c in claims for _ in range(samples)], sampled)]
-    greedy_params = dataclasses.replace(rounds.reasoning_rollout_params(p), temperature=0.0)
-    greedy = rounds.reasoning_rollout_fn(llm, tool, greedy_params)(claims, 1)
+    greedy_params = dataclasses.replace(haris_rounds.reasoning_rollout_params(p), temperature=0.0)
+    greedy = haris_rounds.reasoning_rollout_fn(llm, tool, greedy_params)(claims, 1)
     correct = [reasoning_reward(t.response_text, c["label"]).parts["correct"] for c, t in zip(claims, greedy)]
     return {"format_valid_rate": statistics.mean(float(r.format_valid) for r in rewards),
             "mean_reward": statistics.mean(r.score for r in rewards),
@@ -89,9 +89,9 @@ def reasoning_scores(llm, search_llm, retriever, claims: list[dict], p, samples:
 
 
 def useful_rate(llm, retriever, questions: list[dict], p, judge) -> float:
-    params = dataclasses.replace(rounds.search_rollout_params(p), temperature=0.0)
-    trajs = rounds.search_rollout_fn(llm, rounds.RetrieverTool(retriever, k=p.top_k), params)(questions, 1)
-    scores = rounds.search_reward_fn(judge)(questions, trajs)
+    params = dataclasses.replace(haris_rounds.search_rollout_params(p), temperature=0.0)
+    trajs = haris_rounds.search_rollout_fn(llm, haris_rounds.RetrieverTool(retriever, k=p.top_k), params)(questions, 1)
+    scores = haris_rounds.search_reward_fn(judge)(questions, trajs)
     return statistics.mean(float(r.parts["useful"]) for r in scores)
 
 
@@ -130,11 +130,11 @@ def main() -> None:
     retriever = Retriever(index, mode="bm25")
     sp, rp = dataclasses.replace(sp, retrieval_mode="bm25"), dataclasses.replace(rp, retrieval_mode="bm25")
     held, train_claims = balanced_split(claims, args.claims)
-    held_items = rounds.reasoning_items(held)
-    held_questions = rounds.search_items(qa_from_hops(held))[: args.claims]
+    held_items = haris_rounds.reasoning_items(held)
+    held_questions = haris_rounds.search_items(qa_from_hops(held))[: args.claims]
     judge = make_judge("rule", threshold=sp.judge_threshold)
 
-    base = LocalLLM("smollm2-135m", bf16=rp.bf16)
+    base = LocalLLM("smollm2-135m", precision=rp.precision)
     results = {"useful_rate": ([], []), "format_valid_rate": ([], []), "mean_reward": ([], []), "accuracy": ([], [])}
     over_steps: list[dict] = []
     train_curves: dict[str, list] = {}
@@ -151,13 +151,13 @@ def main() -> None:
 
         res_s = train_search(qa_from_hops(train_claims), "smollm2-135m", retriever, sps, state_dir=seed_dir / "ck_s",
                              out_model=seed_dir / "search", metrics_path=seed_dir / "search.csv", judge=judge)
-        search_llm = LocalLLM(str(seed_dir / "search"), bf16=rp.bf16)
+        search_llm = LocalLLM(str(seed_dir / "search"), precision=rp.precision)
         results["useful_rate"][1].append(useful_rate(search_llm, retriever, held_questions, sps, judge))
 
         from factrl.llm.models import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer("smollm2-135m")
-        probe = LocalLLM(model_obj=model, tokenizer=tok, bf16=rp.bf16)
+        probe = LocalLLM(model_obj=model, tokenizer=tok, precision=rp.precision)
 
         def on_step(row, seed=seed):
             if seed == 0 and row["step"] % args.eval_every == 0 and row["step"] < rps.steps:

@@ -7,7 +7,7 @@ Measures, each as the median of ``--repeats`` runs on the same chat prompts, gre
   ``--clients`` concurrent clients, one prompt per request, over in-process LocalLLM tokens/s on the
   same prompts as one batch.
 
-Usage: python bench/llm.py [--prompts 16] [--max-tokens 32] [--repeats 3] [--bf16]
+Usage: python bench/llm.py [--prompts 16] [--max-tokens 32] [--repeats 3] [--precision auto]
 """
 
 from __future__ import annotations
@@ -104,14 +104,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the machine is shared)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = list(os.getloadavg())
 
-    llm = LocalLLM(args.model, bf16=args.bf16, max_batch=max(args.prompts, args.clients))
+    llm = LocalLLM(args.model, precision=args.precision, max_batch=max(args.prompts, args.clients))
     convs = prompts(args.prompts)
     params = SamplingParams(max_tokens=args.max_tokens)
     engine_tokens(llm, convs[:2], SamplingParams(max_tokens=4))  # warm-up
@@ -139,7 +139,7 @@ def main(argv=None) -> dict:
         "machine": {"shared": True, "cpus": os.cpu_count(), "load_avg_start": load_start,
                     "load_avg_end": list(os.getloadavg())},
         "model": args.model, "prompts": args.prompts, "clients": args.clients,
-        "max_tokens": args.max_tokens, "repeats": args.repeats, "bf16": args.bf16,
+        "max_tokens": args.max_tokens, "repeats": args.repeats, "precision": args.precision,
         "torch_threads": torch.get_num_threads(),
         "engine_tokens_per_s": median_rate(engine),
         "generate_tokens_per_s": median_rate(generate),

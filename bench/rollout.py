@@ -64,7 +64,7 @@ def engine_delta(llm, before: dict) -> dict:
 
 def measure(precision: str, claims: list[str], retriever, args) -> dict:
     """Interleaved repeats of HARIS rollouts and plain generation on one engine of ``precision``."""
-    llm = LocalLLM("smollm2-135m", max_batch=32, bf16=precision == "bf16")
+    llm = LocalLLM("smollm2-135m", max_batch=32, precision=precision)
     haris = Haris(llm, retriever,
                   reason_params=default_reasoning_params(max_turns=2, max_new_tokens=args.max_new_tokens),
                   search_params=default_search_params(max_turns=2, max_new_tokens=args.max_new_tokens))
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precisions", default="bf16,fp32",
                     help="engine weights, comma-separated; the first is the headline figure (bf16 is what "
-                         "training rollouts use: train.*.bf16 in params.yaml)")
+                         "training rollouts use on a CPU with native bf16: train.*.precision in params.yaml)")
     ap.add_argument("--out", default="bench/results/rollout.json")
     args = ap.parse_args(argv)
 

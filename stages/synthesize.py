@@ -35,7 +35,7 @@ from factrl.llm.models import cache_dir
 from factrl.data.splits import balanced_subset
 from factrl.llm.backends import open_teacher
 from factrl.llm.signatures import pseudo_qa_prompt_hash
-from factrl.rl.rounds import checkpoint_of, find_round
+from factrl.recipes.haris_rounds import checkpoint_of, find_round
 
 RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> questions asked per claim
 

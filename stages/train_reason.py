@@ -23,36 +23,36 @@ from factrl.config import ReasonTrainParams, load_section
 from factrl.data.schemas import CLAIMS, validate
 from factrl.data.splits import balanced_subset
 from factrl.llm.backends import open_llm
-from factrl.rl import rounds
+from factrl.recipes import haris_rounds
 
 
 def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever, params: ReasonTrainParams, *,
                  state_dir: Path, out_model: Path, metrics_path: Path, search_llm=None, model_tokenizer=None,
-                 on_step=None) -> rounds.RunResult:
+                 on_step=None) -> haris_rounds.RunResult:
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``)."""
-    items = rounds.select_prompts(rounds.reasoning_items(claims), params.max_prompts, params.seed)
-    retriever_tool = rounds.RetrieverTool(retriever, k=params.top_k)
-    rollout_params = rounds.reasoning_rollout_params(params)
-    served = rounds.served_search_params(params)
-    with (open_llm(search_model, params.search_backend, bf16=params.bf16)
+    items = haris_rounds.select_prompts(haris_rounds.reasoning_items(claims), params.max_prompts, params.seed)
+    retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
+    rollout_params = haris_rounds.reasoning_rollout_params(params)
+    served = haris_rounds.served_search_params(params)
+    with (open_llm(search_model, params.search_backend, precision=params.precision)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
-        tool = rounds.search_agent_tool(llm, retriever_tool, served)
+        tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
 
         def make_fns(policy):
-            return rounds.reasoning_rollout_fn(policy, tool, rollout_params), rounds.reasoning_reward_fn()
+            return haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params), haris_rounds.reasoning_reward_fn()
 
-        return rounds.run_agent_training(
+        return haris_rounds.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
             state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
-            extra_fingerprint={"search_model": rounds.model_digest(search_model)},
+            extra_fingerprint={"search_model": haris_rounds.model_digest(search_model)},
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
+def main(round_id: str, params_file: str = "params.yaml") -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
 
-    rnd = rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
+    rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
     params: ReasonTrainParams = load_section("train", params_file).reasoning
     segment_file = Path("segments") / f"{rnd.segment}.parquet"
     if not segment_file.exists():
@@ -62,11 +62,11 @@ def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
     if params.max_prompts:  # keep the (label, hops) balance when only a few claims are used
         claims = balanced_subset(claims, params.max_prompts)
     result = train_reason(
-        claims, str(rounds.checkpoint_of("reason", rnd.prev)), str(rounds.checkpoint_of("search", rnd.id)),
+        claims, str(haris_rounds.checkpoint_of("reason", rnd.prev)), str(haris_rounds.checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=rounds.checkpoint_of("reason", rnd.id),
+        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=haris_rounds.checkpoint_of("reason", rnd.id),
         metrics_path=Path("metrics") / "train" / f"reason_r{rnd.id}.csv")
-    print(rounds.summary_line(f"train_reason@{rnd.id}", result))
+    print(haris_rounds.summary_line(f"train_reason@{rnd.id}", result))
     return result
 
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from factrl.config import SearchTrainParams, load_section
 from factrl.data.schemas import QA_PAIRS, validate
-from factrl.rl import rounds
+from factrl.recipes import haris_rounds
 
 
 def make_judge(params: SearchTrainParams):
@@ -36,34 +36,34 @@ def make_judge(params: SearchTrainParams):
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
                  out_model: Path, metrics_path: Path, judge=None, model_tokenizer=None, on_step=None
-                 ) -> rounds.RunResult:
+                 ) -> haris_rounds.RunResult:
     """L_prev -> L_r on the answered pairs of ``qa`` (``retriever`` has ``search(queries, k)``)."""
-    items = rounds.select_prompts(rounds.search_items(qa), params.max_prompts, params.seed)
+    items = haris_rounds.select_prompts(haris_rounds.search_items(qa), params.max_prompts, params.seed)
     judge = judge if judge is not None else make_judge(params)
-    tool = rounds.RetrieverTool(retriever, k=params.top_k)
-    rollout_params = rounds.search_rollout_params(params)
+    tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
+    rollout_params = haris_rounds.search_rollout_params(params)
 
     def make_fns(policy):
-        return rounds.search_rollout_fn(policy, tool, rollout_params), rounds.search_reward_fn(judge)
+        return haris_rounds.search_rollout_fn(policy, tool, rollout_params), haris_rounds.search_reward_fn(judge)
 
-    return rounds.run_agent_training(
+    return haris_rounds.run_agent_training(
         agent="search", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
         state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
         extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-def main(round_id: str, params_file: str = "params.yaml") -> rounds.RunResult:
+def main(round_id: str, params_file: str = "params.yaml") -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
 
-    rnd = rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
+    rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
     params: SearchTrainParams = load_section("train", params_file).search
     qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
     qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
     result = train_search(
-        qa, str(rounds.checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=rounds.checkpoint_of("search", rnd.id),
+        qa, str(haris_rounds.checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
+        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=haris_rounds.checkpoint_of("search", rnd.id),
         metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
-    print(rounds.summary_line(f"train_search@{rnd.id}", result))
+    print(haris_rounds.summary_line(f"train_search@{rnd.id}", result))
     return result
 
 

@@ -25,6 +25,11 @@ def test_every_section_of_repo_params_loads(repo_root):
         ({"prepare": {"source": "web"}}, "prepare.source: 'web' is not one of"),
         ({"prepare": {"world": {"seed": "x"}}}, "prepare.world.seed: expected an integer"),
         ({"prepare": {"split_fractions": [0.5, 0.5]}}, "prepare.split_fractions: expected 3 items"),
+        ({"rounds": {1: {"prev": 0, "segment": "all"}}}, 'rounds.1: quote the id'),
+        ({"rounds": {"r1": {"prev": 0, "segment": "all"}}}, "rounds.r1: the key must be a round id"),
+        ({"rounds": {"1": {"id": 1, "prev": 0, "segment": "all"}}}, "rounds.1: unknown key 'id'"),
+        ({"rounds": [{"id": 1, "prev": 0, "segment": "all"}]}, "rounds: expected a mapping of id -> entry"),
+        ({"train": {"search": {"precision": "fp16"}}}, "train.search.precision: 'fp16' is not one of"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, edit, message):
@@ -32,6 +37,13 @@ def test_bad_params_name_the_key(tmp_path, edit, message):
     path.write_text(yaml.safe_dump(edit))
     with pytest.raises(config.ConfigError, match=message.replace("(", r"\(")):
         config.load_section(next(iter(edit)), path)
+
+
+def test_rounds_are_keyed_by_id_in_id_order(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text('rounds:\n  "2": {prev: 1, segment: seg1}\n  "1": {prev: 0, segment: all, questions: first}\n')
+    rounds = config.load_section("rounds", path).rounds
+    assert [(r.id, r.prev, r.segment, r.questions) for r in rounds] == [(1, 0, "all", "first"), (2, 1, "seg1", "all")]
 
 
 def test_sections_are_frozen(repo_root):

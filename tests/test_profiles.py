@@ -29,7 +29,7 @@ def test_profile_applies_and_every_section_loads(repo_root, tmp_path, name):
         config.load_section(section, params)
     # the overrides are what the stages now read
     rounds = config.load_section("rounds", params).rounds
-    assert [r.id for r in rounds] == [r["id"] for r in overrides["rounds"]]
+    assert [r.id for r in rounds] == sorted(int(k) for k in overrides["rounds"])
     train = config.load_section("train", params)
     for agent, key in (("search", "search"), ("reasoning", "reasoning")):
         for k, v in overrides["train"][key].items():
@@ -46,6 +46,16 @@ def test_paper_profile_has_the_paper_defaults(repo_root, tmp_path):
     for agent in (train.search, train.reasoning):
         assert (agent.lr, agent.kl_coef, agent.temperature, agent.group_size) == (1e-6, 0.001, 1.0, 5)
     assert len(config.load_section("rounds", params).rounds) == 4
+
+
+def test_rounds_of_a_profile_replace_the_whole_schedule(repo_root, tmp_path):
+    """Rounds are keyed by id: a profile's rounds are the schedule, not merged into the old one."""
+    params = tmp_path / "params.yaml"
+    shutil.copy(repo_root / "params.yaml", params)
+    profiles.apply_profile("paper", params, repo_root / "profiles")
+    (tmp_path / "one.yaml").write_text("rounds:\n  \"1\": {prev: 0, segment: all, questions: first}\n")
+    profiles.apply_profile(tmp_path / "one.yaml", params, repo_root / "profiles")
+    assert [r.id for r in config.load_section("rounds", params).rounds] == [1]
 
 
 def test_bad_profile_is_rejected_and_params_untouched(repo_root, tmp_path):

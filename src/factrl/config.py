@@ -149,8 +149,11 @@ class GRPOParams:
     entropy_coef: weight of an entropy bonus (0 = none; entropy is logged either way).
     temperature: sampling temperature of rollouts (paper: 1.0); log-probs are taken at it too.
     max_new_tokens: cap on generated tokens per model turn.
-    bf16: run forward/backward under bf16 autocast on CPU (weights and optimizer stay float32);
-        rollouts decode with a bf16 copy of the weights (fp32 attention), synced after every update.
+    precision: ``auto`` (bf16 only where the hardware computes it natively: AVX512-BF16 / AMX CPUs,
+        bf16-capable GPUs; fp32 on AVX2-only CPUs, where bf16 is emulated and several times
+        slower; see ``factrl.hardware``), ``bf16`` or ``fp32``. Under bf16, forward/backward run
+        under bf16 autocast (weights and optimizer stay float32) and rollouts decode with a bf16
+        copy of the weights (fp32 attention), synced after every update.
     checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
     keep_checkpoints: newest checkpoints kept on disk.
     seed: seeds prompt order, sampling and initialisation of everything random.
@@ -178,7 +181,7 @@ class GRPOParams:
     entropy_coef: float = 0.0
     temperature: float = 1.0
     max_new_tokens: int = 256
-    bf16: bool = True
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
@@ -313,7 +316,8 @@ class CurriculumParams:
 class RoundParams:
     """One round r of the coordinated training (synthesize@r -> train_search@r -> train_reason@r).
 
-    id: the round number r (1 = epoch 1; 2..N+1 = the epoch-2 segments); names the round's files.
+    id: the round number r (1 = epoch 1; 2..N+1 = the epoch-2 segments): its key in ``rounds``,
+        which names the round's DVC stages (``train_search@1`` is round 1) and files.
     prev: the round whose agents this one starts from (0 = the base models H_0 / L_0).
     segment: the claims of the round: ``all`` (epoch 1 = all of T) or ``seg1`` .. ``segN``
         (a file ``segments/<segment>.parquet`` written by the curriculum stage).
@@ -330,13 +334,14 @@ class RoundParams:
 
 @dataclass(frozen=True)
 class RoundsParams:
-    """The ``rounds`` list of params.yaml (a YAML list, so DVC can ``foreach`` over it).
+    """The ``rounds`` mapping of params.yaml: round id -> that round's settings. DVC's ``foreach``
+    over a mapping names each stage by its key, so ``synthesize@2`` is round 2 everywhere.
 
-    rounds: the rounds in order; round 1 must start from round 0 and each later one from the
-        round before it.
+    rounds: the rounds in id order; round 1 must start from round 0 and each later one from an
+        earlier round.
     """
 
-    LIST_FIELD = "rounds"  # the section is a bare list in params.yaml, loaded into this field
+    MAP_FIELD = "rounds"  # the section is a YAML mapping keyed by round id, loaded into this field
     rounds: tuple[RoundParams, ...] = ()
 
 
@@ -357,7 +362,8 @@ class TeacherParams:
     api_key_env: environment variable holding the API key (never written anywhere).
     max_tokens: generation budget of one teacher answer.
     price_per_mtok: USD per 1M (prompt, completion) tokens, for the cost report.
-    bf16: bf16 weights (fp32 attention) for the local model (local/server backends).
+    precision: weights of the local model (local/server backends): ``auto`` (bf16 only where the
+        hardware computes it natively), ``bf16`` (fp32 attention) or ``fp32``.
     """
 
     backend: Literal["server", "local", "openai"] = "server"
@@ -366,7 +372,7 @@ class TeacherParams:
     api_key_env: str = "OPENAI_API_KEY"
     max_tokens: int = 160
     price_per_mtok: tuple[float, float] = (0.0, 0.0)
-    bf16: bool = False
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -517,10 +523,34 @@ def load_section(name: str, path: str | Path = PARAMS_FILE) -> Any:
     if name not in SECTIONS:
         raise ConfigError(f"unknown params section {name!r}; known: {sorted(SECTIONS)}")
     raw = read_params(path).get(name, {})
-    list_field = getattr(SECTIONS[name], "LIST_FIELD", None)
-    if list_field and isinstance(raw, list):  # a section that is a bare YAML list (e.g. rounds)
-        raw = {list_field: raw}
+    map_field = getattr(SECTIONS[name], "MAP_FIELD", None)
+    if map_field:  # a section that is a mapping of id -> entry (e.g. rounds)
+        raw = {map_field: _keyed_entries(raw, f"{path}:{name}")}
     return from_dict(SECTIONS[name], raw, where=f"{path}:{name}")
+
+
+def _keyed_entries(raw: Any, where: str) -> list[dict]:
+    """``{"id": {fields}}`` -> ``[{id, fields}]`` in id order; ids are quoted positive integers."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of id -> entry (e.g. `\"1\": {{prev: 0, ...}}`), "
+                          f"got {type(raw).__name__}")
+    entries = []
+    for key, entry in raw.items():
+        if not isinstance(key, str):
+            # DVC's foreach silently drops every stage of a mapping with bare integer keys
+            raise ConfigError(f'{where}.{key}: quote the id ("{key}": ...): DVC ignores foreach '
+                              "stages keyed by bare integers")
+        if not key.isdigit() or int(key) < 1:
+            raise ConfigError(f"{where}.{key}: the key must be a round id (a positive integer)")
+        ident = int(key)
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}.{key}: expected a mapping, got {type(entry).__name__}")
+        if "id" in entry:
+            raise ConfigError(f"{where}.{key}: unknown key 'id' (the id is the entry's key)")
+        entries.append({"id": ident, **entry})
+    return sorted(entries, key=lambda e: e["id"])
 
 
 def from_dict(cls: type, raw: Any, where: str) -> Any:

@@ -4,8 +4,9 @@
     factrl profile long        # make demo-long: more rounds of learning (at most ~3 hours on 2 cores)
     factrl profile paper       # the HARIS paper's settings (GPU scale)
 
-A profile is a partial params file: mappings merge key by key, anything else (lists such as
-``rounds``, scalars) replaces the value. The merged file is validated section by section (the same
+A profile is a partial params file: mappings merge key by key, anything else (lists, scalars)
+replaces the value, and so does a profile's ``rounds`` (the whole schedule: a profile with two
+rounds leaves two, not the default's plus its own). The merged file is validated section by section (the same
 loader the stages use) before it is written, atomically and with params.yaml's comments kept. The
 default params.yaml is the 2-core demo profile; `git checkout params.yaml` returns to it.
 """
@@ -64,7 +65,10 @@ def apply_profile(name_or_path: str | Path, params_file: str | Path = PARAMS_FIL
     y = _yaml()
     params_file = Path(params_file)
     data = y.load(params_file.read_text(encoding="utf-8"))
-    merge(data, read_profile(name_or_path, profiles_dir))
+    profile = read_profile(name_or_path, profiles_dir)
+    for section in [s for s in profile if getattr(SECTIONS[s], "MAP_FIELD", None) and s in data]:
+        data[section] = profile.pop(section)  # keyed collections (rounds) are replaced whole
+    merge(data, profile)
     buf = io.StringIO()
     y.dump(data, buf)
     with atomic_path(params_file) as tmp:

@@ -59,13 +59,13 @@ def test_n_samples_seeded(local_llm):
 
 
 def test_bf16_engine_copy_follows_weight_updates(local_llm):
-    """bf16=True on fp32 weights decodes with a bf16 copy, re-synced after an in-place update."""
+    """precision="bf16" on fp32 weights decodes with a bf16 copy, re-synced after an in-place update."""
     import copy
 
     from factrl.llm.local import LocalLLM
 
     model = copy.deepcopy(local_llm.model)
-    bf = LocalLLM(model_obj=model, tokenizer=local_llm.tokenizer, bf16=True, model_name="x")
+    bf = LocalLLM(model_obj=model, tokenizer=local_llm.tokenizer, precision="bf16", model_name="x")
     assert next(model.parameters()).dtype == torch.float32  # the weights of record stay fp32
     assert next(bf.engine_model.parameters()).dtype == torch.bfloat16
     params = SamplingParams(max_tokens=8)
@@ -80,7 +80,7 @@ def test_bf16_engine_copy_follows_weight_updates(local_llm):
             p.add_(torch.randn_like(p) * 0.05)
     after = bf.chat([Q2], params)[0][0].token_ids
     reference = LocalLLM(model_obj=copy.deepcopy(model).to(torch.bfloat16), tokenizer=local_llm.tokenizer,
-                         bf16=True, model_name="ref", prefix_cache_bytes=0)
+                         precision="bf16", model_name="ref", prefix_cache_bytes=0)
     assert after == reference.chat([Q2], params)[0][0].token_ids != before.token_ids
 
 

@@ -23,7 +23,7 @@ from factrl.rl.trainer import GRPOTrainer, train
 
 TINY_CFG = GRPOParams(
     group_size=2, prompts_per_step=2, steps=4, lr=1e-3, micro_batch_size=2, max_new_tokens=6,
-    checkpoint_every=2, keep_checkpoints=2, seed=3, bf16=True,
+    checkpoint_every=2, keep_checkpoints=2, seed=3, precision="bf16",
 )
 PROMPTS = ["The capital of France is", "Verify: water boils at 100 C.", "Two plus two", "Hello"]
 
@@ -50,7 +50,7 @@ def checksum_reward(items, trajectories) -> list[float]:
 
 
 def make_rollout_fn(model, tok, cfg: GRPOParams):
-    llm = LocalLLM(model_obj=model, tokenizer=tok, bf16=cfg.bf16)
+    llm = LocalLLM(model_obj=model, tokenizer=tok, precision=cfg.precision)
     params = RolloutParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
 
     def rollout(items, n):

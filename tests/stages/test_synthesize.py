@@ -15,7 +15,7 @@ from factrl.data.splits import balanced_subset
 from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
-from factrl.rl.rounds import find_round
+from factrl.recipes.haris_rounds import find_round
 from flows.synthesize import TeacherBatchError
 from stages import synthesize as stage
 

@@ -22,12 +22,12 @@ import pytest
 
 from factrl.config import ReasonTrainParams, SearchTrainParams, WorldParams
 from factrl.llm.backends import open_llm
-from factrl.rl import rounds
+from factrl.recipes import haris_rounds
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT = dict(group_size=2, prompts_per_step=2, steps=2, lr=5e-5, micro_batch_size=4, max_new_tokens=16,
              checkpoint_every=1, keep_checkpoints=1, max_turns=1, max_context_tokens=1024,
-             max_tool_response_tokens=64, retrieval_mode="bm25", bf16=True, seed=1)
+             max_tool_response_tokens=64, retrieval_mode="bm25", precision="bf16", seed=1)
 
 
 def tiny_world(root: Path) -> tuple[pa.Table, Path]:
@@ -102,7 +102,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
     assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
     assert not (tmp_path / "ck_s" / "checkpoints").exists()
 
-    search_llm = LocalLLM(str(out), bf16=True)  # L_1 as written: a Hugging Face directory
+    search_llm = LocalLLM(str(out), precision="bf16")  # L_1 as written: a Hugging Face directory
     model2, tok2 = load()
     before2 = {k: v.clone() for k, v in model2.state_dict().items()}
     rp = ReasonTrainParams(**params, search_max_turns=1, search_max_new_tokens=12)
@@ -147,13 +147,13 @@ def test_reward_functions_score_by_name():
     class T:
         response_text: str
 
-    reason = rounds.reasoning_reward_fn()
+    reason = haris_rounds.reasoning_reward_fn()
     items = [{"label": "SUPPORTS"}, {"label": "REFUTES"}, {"label": "SUPPORTS"}]
     out = reason(items, [T("<think>x</think><verification>\\boxed{Support}</verification>"),
                          T("<think>x</think><verification>\\boxed{Support}</verification>"),
                          T("no tags at all")])
     assert [r.score for r in out] == [1.0, 0.1, 0.0]
-    search = rounds.search_reward_fn(make_judge("rule", threshold=0.8))
+    search = haris_rounds.search_reward_fn(make_judge("rule", threshold=0.8))
     items = [{"question": "Who founded Orlen?", "answer": "Ilse Parrow"}] * 3
     out = search(items, [T("<think>a</think><search>Orlen</search><result>r</result><report>Ilse Parrow founded it.</report>"),
                          T("<think>a</think><search>Orlen</search><result>r</result><report>Nobody knows.</report>"),
@@ -163,23 +163,23 @@ def test_reward_functions_score_by_name():
 
 def test_select_prompts_is_seeded_and_capped():
     items = [{"id": str(i)} for i in range(10)]
-    a = rounds.select_prompts(items, 4, seed=3)
-    assert len(a) == 4 and a == rounds.select_prompts(items, 4, seed=3)
-    assert a != rounds.select_prompts(items, 4, seed=4)
-    assert sorted(x["id"] for x in rounds.select_prompts(items, 0, seed=3)) == sorted(x["id"] for x in items)
+    a = haris_rounds.select_prompts(items, 4, seed=3)
+    assert len(a) == 4 and a == haris_rounds.select_prompts(items, 4, seed=3)
+    assert a != haris_rounds.select_prompts(items, 4, seed=4)
+    assert sorted(x["id"] for x in haris_rounds.select_prompts(items, 0, seed=3)) == sorted(x["id"] for x in items)
 
 
 def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
     state = tmp_path / "state"
-    assert rounds.prepare_state_dir(state, "a") is False
+    assert haris_rounds.prepare_state_dir(state, "a") is False
     (state / "checkpoints" / "step-000001").mkdir(parents=True)
-    assert rounds.prepare_state_dir(state, "a") is True  # same inputs: resume
-    assert rounds.prepare_state_dir(state, "b") is False  # e.g. a new lr: start over
+    assert haris_rounds.prepare_state_dir(state, "a") is True  # same inputs: resume
+    assert haris_rounds.prepare_state_dir(state, "b") is False  # e.g. a new lr: start over
     assert not (state / "checkpoints").exists()
     cfg = SearchTrainParams(**SHORT)
     items = [{"id": "1", "question": "q", "answer": "a"}]
-    assert rounds.fingerprint(cfg, "x", items) == rounds.fingerprint(cfg, "x", items)
-    assert rounds.fingerprint(cfg, "x", items) != rounds.fingerprint(dataclasses.replace(cfg, lr=1e-6), "x", items)
+    assert haris_rounds.fingerprint(cfg, "x", items) == haris_rounds.fingerprint(cfg, "x", items)
+    assert haris_rounds.fingerprint(cfg, "x", items) != haris_rounds.fingerprint(dataclasses.replace(cfg, lr=1e-6), "x", items)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
 TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 
-def _tiny_run(out: Path, kill_after: int | None) -> rounds.RunResult:
+def _tiny_run(out: Path, kill_after: int | None) -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
     from stages.train_search import train_search
     from tests.rl.tiny import tiny_model, tokenizer
@@ -249,7 +249,7 @@ def test_search_agent_served_over_http_answers_questions(world, retriever, tmp_p
     p = ReasonTrainParams(**dict(SHORT, search_max_new_tokens=8))
     with open_llm(str(tmp_path / "search_1"), "server") as llm:
         assert type(llm).__name__ == "OpenAICompatLLM"
-        tool = rounds.search_agent_tool(llm, rounds.RetrieverTool(retriever, k=2), rounds.served_search_params(p))
+        tool = haris_rounds.search_agent_tool(llm, haris_rounds.RetrieverTool(retriever, k=2), haris_rounds.served_search_params(p))
         answers = tool(["Who founded Orlen Studios?", ""])
     assert len(answers) == 2 and answers[0].strip() and answers[1] == "No query was given: write the query between the tags."
 

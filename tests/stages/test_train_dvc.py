@@ -61,23 +61,23 @@ def _downstream(repo: Path, names: list[str]) -> set[str]:
 
 
 def test_reasoning_lr_edit_reruns_only_train_reason_and_what_follows(committed_repo):
-    n = len(load_section("rounds", committed_repo / "params.yaml").rounds)
+    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"train": {"reasoning": {"lr": 2e-6}}})
     changed = _dry(committed_repo)
-    assert changed == [f"train_reason@{i}" for i in range(n)]
-    # what can rerun after them is downstream of train_reason@0: the later rounds and evaluation,
+    assert changed == [f"train_reason@{i}" for i in ids]  # stages are named by round id
+    # what can rerun after them is downstream of train_reason@1: the later rounds and evaluation,
     # never the data, index, curriculum, base models or round 1's synthesis / search training
     later = _downstream(committed_repo, changed)
-    untouched = {"prepare", "index", "curriculum", "base_models", "synthesize@0", "train_search@0"}
+    untouched = {"prepare", "index", "curriculum", "base_models", "synthesize@1", "train_search@1"}
     assert not untouched & (later | set(changed))
-    if n > 1:
-        assert {"synthesize@1", "train_search@1"} <= later
+    if len(ids) > 1:
+        assert {"synthesize@2", "train_search@2"} <= later
 
 
 def test_search_lr_edit_reruns_train_search_only(committed_repo):
-    n = len(load_section("rounds", committed_repo / "params.yaml").rounds)
+    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"train": {"search": {"lr": 2e-6}}})
-    assert _dry(committed_repo) == [f"train_search@{i}" for i in range(n)]
+    assert _dry(committed_repo) == [f"train_search@{i}" for i in ids]
 
 
 def test_rounds_chain_as_algorithm_1(committed_repo):
@@ -87,9 +87,9 @@ def test_rounds_chain_as_algorithm_1(committed_repo):
     with Repo(str(committed_repo)) as dvc:
         graph = dvc.index.graph
         by_name = {s.addressing: s for s in graph.nodes}
-        for i, r in enumerate(rounds):
-            upstream = {s.addressing for s in nx.descendants(graph, by_name[f"train_reason@{i}"])}
-            assert {f"train_search@{i}", f"synthesize@{i}", "curriculum", "index"} <= upstream
-            if i + 1 < len(rounds):
-                nxt = {s.addressing for s in nx.descendants(graph, by_name[f"synthesize@{i + 1}"])}
-                assert {f"train_reason@{i}", f"train_search@{i}"} <= nxt
+        for r in rounds:
+            upstream = {s.addressing for s in nx.descendants(graph, by_name[f"train_reason@{r.id}"])}
+            assert {f"train_search@{r.id}", f"synthesize@{r.id}", "curriculum", "index"} <= upstream
+            if r.prev > 0:  # round r starts from the agents round prev trained
+                start = {s.addressing for s in nx.descendants(graph, by_name[f"synthesize@{r.id}"])}
+                assert {f"train_reason@{r.prev}", f"train_search@{r.prev}"} <= start

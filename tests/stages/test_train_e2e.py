@@ -26,7 +26,7 @@ def test_tiny_profile_runs_end_to_end(tmp_path, repo_root, monkeypatch):
         ran = [s.addressing for s in dvc.reproduce()]
     for i in range(2):
         assert {f"synthesize@{i}", f"train_search@{i}", f"train_reason@{i}"} <= set(ran)
-    assert ran.index("train_search@0") < ran.index("train_reason@0") < ran.index("synthesize@1")
+    assert ran.index("train_search@1") < ran.index("train_reason@1") < ran.index("synthesize@2")
     assert ran[-1] == "evaluate"
     for agent in ("search", "reason"):
         for r in (1, 2):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from factrl.hardware import use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
@@ -251,8 +252,10 @@ class LocalLLM:
 
     ``model`` is an embedded name, a Hugging Face directory or a hub id; an already-loaded
     ``(model_obj, tokenizer)`` pair may be passed instead (tests and trainers share weights).
-    ``bf16`` generates with bfloat16 weights (CPUs with AVX512-BF16 or AMX run bf16 matrix products
-    natively: measured here, a decode step at batch 1-4 costs about half of fp32); when the given
+    ``precision`` (``auto``, ``bf16``, ``fp32``; see :mod:`factrl.hardware`) chooses the weights the
+    engine decodes with: ``auto`` is bf16 only on CPUs that compute it natively (AVX512-BF16 or
+    AMX: a decode step at batch 1-4 costs about half of fp32 there) and fp32 on AVX2-only CPUs,
+    where bf16 is emulated and several times slower. Under bf16, when the given
     ``model_obj`` holds fp32 weights (a policy under training), the engine decodes with a bf16 copy
     that it re-syncs whenever the weights change, as verl syncs the actor's weights into its
     rollout engine. ``max_batch`` bounds the rows decoded together and so the key/value slot
@@ -271,13 +274,15 @@ class LocalLLM:
         *,
         model_obj=None,
         tokenizer=None,
-        bf16: bool = False,
+        precision: str = "auto",
         max_batch: int = 32,
         model_name: str | None = None,
         prefix_cache_bytes: int = 2 * 1024**3,
         speculative_tokens: int = 5,
         speculate_max_batch: int = 4,
     ):
+        bf16 = use_bf16(precision)
+        self.precision = "bf16" if bf16 else "fp32"
         if model_obj is None or tokenizer is None:
             model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32")
         self.model = model_obj  # the weights of record (a trainer updates these)

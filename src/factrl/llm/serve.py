@@ -33,12 +33,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def spawn_server(model: str, *, bf16: bool = False, timeout: float = 300.0) -> Iterator[str]:
+def spawn_server(model: str, *, precision: str = "auto", timeout: float = 300.0) -> Iterator[str]:
     """Run ``factrl serve-llm`` for ``model`` on a free loopback port in a subprocess; yield its
     ``/v1`` base URL once ``/v1/models`` answers; stop the server when the block ends."""
     port = free_port()
     cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
-           "--port", str(port), "--host", DEFAULT_HOST] + (["--bf16"] if bf16 else [])
+           "--port", str(port), "--host", DEFAULT_HOST, "--precision", precision]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://{DEFAULT_HOST}:{port}/v1"
     try:
@@ -191,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``factrl serve-llm``."""
     import uvicorn
 
+    from factrl.hardware import PRECISIONS
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import DEFAULT_POLICY
 
@@ -199,11 +200,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--host", default=DEFAULT_HOST)
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 attention (see LocalLLM)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="engine weights: auto = bf16 only where the CPU computes it natively (see factrl.hardware)")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--window-ms", type=float, default=5.0, help="how long to collect a batch")
     args = ap.parse_args(argv)
-    llm = LocalLLM(args.model, bf16=args.bf16, max_batch=args.max_batch, model_name=args.served_model_name)
+    llm = LocalLLM(args.model, precision=args.precision, max_batch=args.max_batch, model_name=args.served_model_name)
     uvicorn.run(create_app(llm, args.window_ms, args.max_batch), host=args.host, port=args.port)
 
 

@@ -4,7 +4,8 @@
 group-normalised advantages (``advantages``), the clipped policy loss (``losses``) and a KL loss to
 a frozen copy of the initial policy (``kl``), over mini-batches with gradient accumulation over
 micro-batches, AdamW with linear warm-up and gradient-norm clipping, forward/backward under bf16
-autocast. :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
+autocast where the hardware computes bf16 natively (``cfg.precision``, see ``factrl.hardware``).
+:func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
 rollout function, score them with a reward function, step, log a metrics row, checkpoint every
 ``checkpoint_every`` steps. A killed run restarted on the same ``out_dir`` resumes from the newest
 checkpoint and produces the same weights and metrics as an uninterrupted run: every step's prompt
@@ -18,7 +19,6 @@ Trajectories are :class:`factrl.agents.rollout.Trajectory` (any object with ``pr
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import io
@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from factrl.config import GRPOParams
+from factrl.hardware import autocast, use_bf16
 from factrl.io import atomic_path
 from factrl.rl.advantages import grpo_advantages, token_advantages, uniform_group_rate
 from factrl.rl.kl import kl_penalty
@@ -76,8 +77,9 @@ class MicroBatch:
     ref_logp: torch.Tensor | None = None
 
 
-def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int) -> MicroBatch:
-    """Pad ``b`` trajectories into one :class:`MicroBatch`; ``advantages`` is ``[b]``.
+def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int,
+            device: torch.device | str = "cpu") -> MicroBatch:
+    """Pad ``b`` trajectories into one :class:`MicroBatch` on ``device``; ``advantages`` is ``[b]``.
 
     Left-padding the prompts puts every response at the same columns, so the logits of all
     response tokens are the last ``T + 1`` positions (the lm_head runs only there).
@@ -98,16 +100,16 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
         attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
         resp.append(list(t.response_ids) + [pad_id] * (r - lr))
         mask.append([int(m) for m in t.loss_mask] + [0] * (r - lr))
-    attention_mask = torch.tensor(attn)
-    mask_t = torch.tensor(mask, dtype=torch.float32)
+    attention_mask = torch.tensor(attn, device=device)
+    mask_t = torch.tensor(mask, dtype=torch.float32, device=device)
     return MicroBatch(
-        input_ids=torch.tensor(ids),
+        input_ids=torch.tensor(ids, device=device),
         attention_mask=attention_mask,
         # positions count real tokens only, as during generation (LocalLLM does the same)
         position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
-        responses=torch.tensor(resp),
+        responses=torch.tensor(resp, device=device),
         mask=mask_t,
-        advantages=token_advantages(advantages.float(), mask_t),
+        advantages=token_advantages(advantages.float().to(device), mask_t),
     )
 
 
@@ -135,6 +137,8 @@ class GRPOTrainer:
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = cfg
+        self.device = next(model.parameters()).device  # micro-batches are built where the weights are
+        self.bf16 = use_bf16(cfg.precision, self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         # eval mode: no dropout, so old, new and reference log-probs see the same function
         self.model.eval()
@@ -154,9 +158,7 @@ class GRPOTrainer:
 
     # ---- one training step ---------------------------------------------------------------
     def _autocast(self):
-        if self.cfg.bf16:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast("bf16" if self.bf16 else "fp32", self.device)
 
     def _logp(self, model, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         with self._autocast():
@@ -193,7 +195,7 @@ class GRPOTrainer:
         micro_batches = [
             [
                 collate([trajectories[i] for i in idx[s : s + cfg.micro_batch_size]],
-                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id)
+                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id, self.device)
                 for s in range(0, len(idx), cfg.micro_batch_size)
             ]
             for idx in minis
@@ -259,6 +261,7 @@ class GRPOTrainer:
             grad_norm=grad_norm,
             lr=self.scheduler.get_last_lr()[0],
             updates=float(self.updates),
+            bf16=float(self.bf16),  # the precision the step ran in (auto resolves per machine)
         )
         return metrics
 

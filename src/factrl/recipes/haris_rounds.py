@@ -152,9 +152,9 @@ def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: Rollout
 def find_round(rounds: Sequence[RoundParams], round_id: int) -> RoundParams:
     """The round ``round_id``, after checking the rounds chain (each starts from the one before)."""
     prev_ids = {0}
-    for i, r in enumerate(rounds):
+    for r in rounds:
         if r.prev not in prev_ids:
-            raise ValueError(f"params.yaml: rounds[{i}] (id {r.id}): prev {r.prev} is not an earlier round")
+            raise ValueError(f"params.yaml: rounds.{r.id}: prev {r.prev} is not an earlier round")
         prev_ids.add(r.id)
     for r in rounds:
         if r.id == round_id:
@@ -274,7 +274,7 @@ def run_agent_training(
     model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
-    policy = LocalLLM(model_obj=model, tokenizer=tok, bf16=gcfg.bf16, model_name=f"{agent}-policy")
+    policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
     rollout_fn, reward_fn = make_fns(policy)
 
     def step_done(row: dict) -> None:

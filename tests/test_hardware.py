@@ -1,0 +1,60 @@
+"""Precision and device resolution (factrl.hardware): auto picks bf16 only where it is native."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from factrl import hardware
+
+
+@pytest.fixture
+def cpu_kind(monkeypatch):
+    """Pretend the CPU does (True) or does not (False) compute bf16 natively."""
+
+    def set_kind(native: bool) -> None:
+        monkeypatch.setattr(hardware, "cpu_bf16_native", lambda: native)
+
+    return set_kind
+
+
+def test_auto_is_bf16_only_on_cpus_with_native_bf16(cpu_kind):
+    cpu_kind(False)
+    assert hardware.resolve_precision("auto", "cpu") == "fp32"
+    cpu_kind(True)
+    assert hardware.resolve_precision("auto", "cpu") == "bf16"
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_explicit_precision_is_kept_on_any_cpu(cpu_kind, native):
+    cpu_kind(native)
+    assert hardware.resolve_precision("bf16", "cpu") == "bf16"
+    assert hardware.resolve_precision("fp32", "cpu") == "fp32"
+
+
+def test_this_machine_is_probed_from_torch():
+    """The probe agrees with torch's own CPU feature checks (what oneDNN dispatches on)."""
+    expected = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert hardware.cpu_bf16_native() is expected
+    record = hardware.hardware_record("auto", "cpu")
+    assert record["precision"] == ("bf16" if expected else "fp32")
+    assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_bad_names_are_clear_errors():
+    with pytest.raises(ValueError, match="precision 'fp16' is not one of"):
+        hardware.resolve_precision("fp16", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            hardware.resolve_device("cuda")
+    assert hardware.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_autocast_follows_the_resolved_precision(cpu_kind):
+    x = torch.randn(2, 3)
+    layer = torch.nn.Linear(3, 3)
+    cpu_kind(False)
+    with hardware.autocast("auto", torch.device("cpu")):
+        assert layer(x).dtype == torch.float32
+    with hardware.autocast("bf16", torch.device("cpu")):
+        assert layer(x).dtype == torch.bfloat16
