@@ -253,6 +253,7 @@ def run_agent_training(
     prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
     the final policy to ``out_model``; then drops the checkpoints (the model is the result).
     """
+    from factrl.hardware import hardware_record
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.rl.trainer import GRPOTrainer, train, write_metrics
@@ -274,6 +275,7 @@ def run_agent_training(
     model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
+    print(f"{agent}: training on {hardware_record(gcfg.precision, trainer.device)}", flush=True)
     policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
     rollout_fn, reward_fn = make_fns(policy)
 
@@ -290,6 +292,7 @@ def run_agent_training(
     write_metrics(rows, metrics_path)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
+                                       "hardware": hardware_record(gcfg.precision, trainer.device),
                                        "final": rows[-1] if rows else {}})
     shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
     return RunResult(rows=rows, resumed=resumed)
