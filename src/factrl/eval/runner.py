@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents.rollout import Trajectory
-from factrl.eval.metrics import METRICS, bootstrap_ci, classification_metrics
+from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.sampling import stratified_sample
 from factrl.registry import Registry
 
@@ -268,15 +268,6 @@ def sample_set(eval_set: EvalSet, per_hop: int, seed: int) -> pa.Table:
 # --------------------------------------------------------------------------------------------
 
 
-def mean_ci(values: Sequence[float], n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values``."""
-    x = np.asarray(values, dtype=np.float64)
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
-    alpha = (1 - level) / 2
-    low, high = np.quantile(x[idx].mean(axis=1), [alpha, 1 - alpha])
-    return float(low), float(high)
-
-
 def score_rows(dataset: str, system: str, num_hops: int | None, y_true: Sequence[str],
                y_pred: Sequence[str | None], questions: Sequence[int], searches: Sequence[int], *,
                n_boot: int, seed: int, positive_only: bool = False) -> list[dict]:
@@ -293,7 +284,7 @@ def score_rows(dataset: str, system: str, num_hops: int | None, y_true: Sequence
     counts = {"avg_questions": questions, "avg_searches": searches,
               "no_verdict_rate": [float(p is None) for p in y_pred]}
     for metric, values in counts.items():
-        low, high = mean_ci(values, n_boot, seed)
+        low, high = bootstrap_mean_ci(values, n_boot, seed)
         rows.append(base | {"metric": metric, "value": float(np.mean(values)), "ci_low": low, "ci_high": high})
     return rows
 
