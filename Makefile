@@ -69,7 +69,7 @@ test-slow: setup
 
 bench: setup
 	$(PIP) install -c requirements/constraints.txt -e ".[bench]"
-	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf data index models metrics segments plots .cache .prefect
