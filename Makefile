@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
+APT := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)
 
 # DVC stage commands call `python`: make it the venv's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -34,7 +35,16 @@ $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	$(PIP) install --no-deps verl==0.9.1
 	touch $@
 
-setup: $(BIN)/.installed
+setup: $(BIN)/.installed $(VENV)/.chromium-tried
+
+# Headless Chromium renders the trace page in tests/eval/test_traces.py. apt-get installs it where the
+# machine allows (root, or password-less sudo, on Debian/Ubuntu); tried once per venv (delete the stamp
+# to retry). A failure never fails setup: the render test skips, and pytest's header says so.
+$(VENV)/.chromium-tried: | $(BIN)/.installed
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	  || { $(APT) update -qq && $(APT) install -y -qq chromium; } >/dev/null 2>&1 \
+	  || echo "setup: chromium could not be installed (needs apt-get as root): the trace page render test will be skipped"
+	@touch $@
 
 # The default params.yaml is the 2-core demo profile (two rounds of HARIS Algorithm 1, a few GRPO
 # steps each); per-step training curves land in metrics/train/ (`dvc plots show`).
@@ -59,7 +69,7 @@ test-slow: setup
 
 bench: setup
 	$(PIP) install -c requirements/constraints.txt -e ".[bench]"
-	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf data index models metrics segments plots .cache .prefect

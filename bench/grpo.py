@@ -23,8 +23,6 @@ Usage: python bench/grpo.py [--steps 4] [--prompts 2] [--group 5] [--length 32]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import resource
 import statistics
 import time
@@ -35,11 +33,11 @@ import torch
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.config import GRPOParams
-from factrl.hardware import hardware_record, use_bf16
-from factrl.io import write_json
+from factrl.hardware import use_bf16
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import load_model_and_tokenizer, resolve_model_path
 from factrl.rl.trainer import GRPOTrainer
+from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "grpo.json"
 PRECISION = "auto"  # what the pipeline uses: bf16 only where this CPU computes it natively
@@ -157,7 +155,7 @@ def main() -> None:
 
     import trl
 
-    load_start = os.getloadavg()
+    measured = Measurement(PRECISION)
     _, tok = load_model_and_tokenizer("smollm2-135m")
     texts = prompts(tok, args.prompts)
     a = ours(args, texts, args.steps, seed=0)
@@ -180,17 +178,13 @@ def main() -> None:
         "setup": {
             "model": "smollm2-135m", "prompts_per_step": args.prompts, "group_size": args.group,
             "completion_tokens": args.length, "timed_steps": {"factrl": len(mine["step"]), "trl": len(b["step"])},
-            "lr": 1e-6, "kl_coef": 0.001, "loss": "token-mean (TRL bnpo)", "bf16_autocast": use_bf16(PRECISION), "hardware": hardware_record(PRECISION),
+            "lr": 1e-6, "kl_coef": 0.001, "loss": "token-mean (TRL bnpo)", "bf16_autocast": use_bf16(PRECISION),
             "grad_accum": 1, "trl_version": trl.__version__, "torch": torch.__version__,
             "timing": "perf_counter around sample+score+loss+backward+optimizer per step; warm-up step "
                       "excluded; order factrl, TRL, factrl; medians",
         },
-        "machine": {
-            "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(),
-            "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
-        },
     }
-    write_json(result, RESULTS)
+    measured.write(result, RESULTS)
     print({k: result[k] for k in ("step_vs_trl", "generate_vs_trl", "train_vs_trl", "peak_rss_gib")})
 
 

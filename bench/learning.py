@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +35,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from factrl.config import WorldParams, from_dict, read_params  # noqa: E402
-from factrl.io import write_json  # noqa: E402
 from factrl.llm.local import LocalLLM  # noqa: E402
 from factrl.llm.signatures import make_judge  # noqa: E402
 from factrl.rewards.haris import reasoning_reward  # noqa: E402
 from factrl.recipes import haris_rounds  # noqa: E402
+from _measured import Measurement  # noqa: E402
 
 
 def world(root: Path, seed: int = 21) -> tuple[pa.Table, Path]:
@@ -123,8 +120,7 @@ def main() -> None:
         merge(raw, dict(read_profile(args.profile, ROOT / "profiles")))
     train: TrainParams = from_dict(TrainParams, raw["train"], "train")
     sp, rp = train.search, train.reasoning
-    load_start = os.getloadavg()
-    t_start = time.perf_counter()
+    measured = Measurement(rp.precision)
     work = Path(tempfile.mkdtemp(prefix="factrl-learning-"))
     claims, index = world(work / "world")
     retriever = Retriever(index, mode="bm25")
@@ -184,12 +180,12 @@ def main() -> None:
         shutil.rmtree(seed_dir, ignore_errors=True)
         # written after every seed, so a long run that is stopped still leaves what it measured
         report(results, over_steps, train_curves, args, held_items, held_questions, train_claims, sp, rp,
-               load_start, t_start, complete=seed + 1 == args.seeds)
+               measured, complete=seed + 1 == args.seeds)
     shutil.rmtree(work, ignore_errors=True)
 
 
 def report(results, over_steps, train_curves, args, held_items, held_questions, train_claims, sp, rp,
-           load_start, t_start, complete: bool) -> None:
+           measured: Measurement, complete: bool) -> None:
     out = {k: summary(*v) for k, v in results.items()}
     out["rises_beyond_spread"] = {k: out[k]["change"] > out[k]["spread"] for k in results}
     out["accuracy_over_steps"] = over_steps
@@ -201,13 +197,9 @@ def report(results, over_steps, train_curves, args, held_items, held_questions, 
         "reasoning": dataclasses.asdict(rp), "retrieval": "bm25 top-k",
         "pseudo_answers": "gold sub-answers (stand-in for the teacher)",
     }
-    # the load averages say whether other jobs shared the cores (2.0 = both cores busy)
-    out["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(),
-                      "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
-                      "wall_seconds": time.perf_counter() - t_start}
     out["complete"] = complete
     out["seeds_done"] = len(results["accuracy"][1])
-    write_json(out, Path(args.out))
+    measured.write(out, Path(args.out))
     print({k: (round(out[k]["before"], 3), round(out[k]["after"], 3), round(out[k]["spread"], 3)) for k in results})
 
 

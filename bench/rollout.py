@@ -14,23 +14,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import torch
 
 from factrl.agents.haris import Haris, default_reasoning_params, default_search_params, reasoning_messages
 from factrl.config import WorldParams
 from factrl.data.world import write_world
-from factrl.io import write_json
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
 from factrl.retrieval.index import Retriever, build_index
+from _measured import Measurement
 
 
 def demo_setup(tmp: Path, num_claims: int) -> tuple[list[str], Retriever]:
@@ -122,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="bench/results/rollout.json")
     args = ap.parse_args(argv)
 
-    load_start = list(os.getloadavg())
+    measured = Measurement()  # engine precisions measured: see --precisions
     with tempfile.TemporaryDirectory() as d:
         claims, retriever = demo_setup(Path(d), args.claims)
         by_precision = {p: measure(p, claims, retriever, args) for p in args.precisions.split(",")}
@@ -138,9 +135,6 @@ def main(argv: list[str] | None = None) -> None:
         if r.parse.error:
             errors[r.parse.error] = errors.get(r.parse.error, 0) + 1
     out = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "torch_threads": torch.get_num_threads(),
-                    "load_avg_start": load_start, "load_avg_end": list(os.getloadavg())},
         "model": f"smollm2-135m (untrained, greedy), engine weights {headline}",
         "claims": len(claims),
         **{k: v for k, v in by_precision[headline].items()},
@@ -157,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         "reasoning_format_errors": errors,
         "verdicts": {str(v): sum(r.verdict == v for r in results) for v in ("SUPPORTS", "REFUTES", None)},
     }
-    write_json(out, args.out)
+    measured.write(out, args.out)
     print({k: v for k, v in out.items() if k != "runs"})
 
 

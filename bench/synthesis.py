@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 from factrl.config import TeacherParams, WorldParams  # noqa: E402
 from factrl.data import synthesis  # noqa: E402
 from factrl.data.world import generate_claims  # noqa: E402
-from factrl.io import write_json  # noqa: E402
 from factrl.llm import signatures  # noqa: E402
 from factrl.llm.backends import open_teacher  # noqa: E402
 from flows.synthesize import run_teacher  # noqa: E402
+from _measured import Measurement  # noqa: E402
 
 N_CLAIMS = 24  # per hop count
 
@@ -49,8 +49,8 @@ def main() -> None:
     work = items_for(claims[: 2 * N_CLAIMS])
     items = [w[2] for w in work]
     p_hash = signatures.pseudo_qa_prompt_hash()
-    result: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_start": list(os.getloadavg())},
-                    "teacher": "smollm2-135m via factrl serve-llm (greedy)", "questions": len(items)}
+    measured = Measurement()
+    result: dict = {"teacher": "smollm2-135m via factrl serve-llm (greedy)", "questions": len(items)}
     with tempfile.TemporaryDirectory() as tmp:  # Prefect runs against its ephemeral API
         tmp = Path(tmp)
         with open_teacher(TeacherParams(backend="server"), concurrency=64) as server:
@@ -91,8 +91,7 @@ def main() -> None:
                    "wrong relation when several entities appear, and accuracy is measured by containment "
                    "of the gold name"),
     }
-    result["machine"]["load_avg_end"] = list(os.getloadavg())
-    write_json(result, ROOT / "bench" / "results" / "synthesis.json")
+    result = measured.write(result, ROOT / "bench" / "results" / "synthesis.json")
     print(json.dumps(result, indent=1))
 
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _measured import Measurement
+
 RESULTS = Path(__file__).parent / "results" / "world.json"
 
 # Runs in the child: the vectorised, streamed generator.
@@ -81,6 +83,7 @@ def main() -> None:
     ap.add_argument("--baseline-passages", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    measured = Measurement()
     fast = _measure(_FAST, args.passages, args.runs)
     naive = _measure(_NAIVE, args.baseline_passages, args.runs)
     result = {
@@ -93,9 +96,7 @@ def main() -> None:
         "targets": {"passages_per_s_min": 20_000, "peak_rss_gib_max": 2.0},
         "ok": fast["passages_per_s"] >= 20_000 and fast["peak_rss_gib"] <= 2.0,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(json.dumps(measured.write(result, RESULTS), indent=2))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +26,16 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("FACTRL_CACHE", str(REPO_ROOT / ".cache" / "factrl"))
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# Headless Chromium renders the trace page (tests/eval/test_traces.py); `make setup` installs it
+# with apt-get where the machine allows, and the render test skips without it: said in the report
+# header, and (the header is hidden under -q) as the skip reason in the -ra summary at the end.
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NO_CHROMIUM = ("Chromium not found: the trace page render test (tests/eval/test_traces.py) will be SKIPPED; "
+               "install it with `apt-get install chromium` (as root; `make setup` tries)")
+
+
+def pytest_report_header(config):
+    return [NO_CHROMIUM] if CHROMIUM is None else [f"chromium: {CHROMIUM}"]
 
 
 @pytest.fixture

@@ -1,16 +1,8 @@
 """The `factrl` command: one sub-command per user-facing job, each delegating to a module.
 
-    factrl prepare | index              run one pipeline stage outside DVC (reads params.yaml)
-    factrl pipeline                     `dvc repro` as a Prefect flow
-    factrl serve-retriever [...]        the retrieval HTTP server   (factrl.retrieval.server)
-    factrl serve-llm [...]              the OpenAI-compatible server (factrl.llm.serve)
-    factrl verify "CLAIM" [...]         HARIS on one claim, trace printed (factrl.agents.haris)
-    factrl traces ROLLOUTS.parquet -o traces.html   a static page to browse rollouts (factrl.eval.traces)
-    factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
-    factrl profile tiny|long|paper      merge profiles/<name>.yaml into params.yaml (factrl.profiles)
-    factrl train-summary [DIR] [--block N]  how reward / format / accuracy moved in metrics/train (factrl.rl.curves)
-
-Sub-commands import their module lazily, so `factrl --help` stays fast.
+The commands are listed once, in :data:`COMMANDS` (`factrl --help` prints them): a command is one
+line there, naming the module whose ``main`` runs it. Sub-commands import their module lazily, so
+`factrl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -18,26 +10,41 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass
 
-# name -> (module whose main(argv) runs it, one-line help)
-COMMANDS = {
-    "prepare": ("stages.prepare", "run the prepare stage with params.yaml"),
-    "index": ("stages.index", "run the index stage with params.yaml"),
-    "pipeline": ("flows.pipeline", "run `dvc repro` as a Prefect flow"),
-    "serve-retriever": ("factrl.retrieval.server", "serve an index over HTTP (POST /retrieve)"),
-    "serve-llm": ("factrl.llm.serve", "serve a local model as an OpenAI-compatible API"),
-    "traces": ("factrl.eval.traces", "write a static HTML page to browse rollouts (TRAJECTORIES parquet)"),
-    "evaluate": ("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
-    "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
-    "profile": ("factrl.profiles", "apply a params profile from profiles/ (tiny, long, paper) to params.yaml"),
-    "train-summary": ("factrl.rl.curves", "first vs second half (or --block N: per-block means) of each training curve in metrics/train"),
+
+@dataclass(frozen=True)
+class Command:
+    """module: whose ``main`` runs the command. help: one line for `factrl --help`. stage: ``main``
+    is a pipeline entry point taking at most a params file (``factrl prepare [params.yaml]``);
+    otherwise ``main(argv)`` parses its own arguments."""
+
+    module: str
+    help: str
+    stage: bool = False
+
+
+COMMANDS: dict[str, Command] = {
+    "prepare": Command("stages.prepare", "run the prepare stage with params.yaml", stage=True),
+    "index": Command("stages.index", "run the index stage with params.yaml", stage=True),
+    "pipeline": Command("flows.pipeline", "run `dvc repro` as a Prefect flow", stage=True),
+    "serve-retriever": Command("factrl.retrieval.server", "serve an index over HTTP (POST /retrieve)"),
+    "serve-llm": Command("factrl.llm.serve", "serve a local model as an OpenAI-compatible API"),
+    "traces": Command("factrl.eval.traces", "a static HTML page to browse rollouts: ROLLOUTS.parquet -o traces.html"),
+    "evaluate": Command("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
+    "verify": Command("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
+    "profile": Command("factrl.profiles", "merge profiles/<name>.yaml (tiny, long, paper) into params.yaml"),
+    "train-summary": Command("factrl.rl.curves", "how each curve in metrics/train moved (--block N: block means)"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="factrl", description="multi-agent fact-checking pipeline")
-    parser.add_argument("command", choices=sorted(COMMANDS), help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items()))
+    parser = argparse.ArgumentParser(
+        prog="factrl", description="multi-agent fact-checking pipeline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {name:<17}{c.help}" for name, c in COMMANDS.items()))
+    parser.add_argument("command", choices=sorted(COMMANDS), help="one of the commands below (COMMAND --help: options)")
     if not argv or argv[0] in {"-h", "--help"}:
         parser.print_help()
         return 0
@@ -46,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         # stages/ and flows/ live at the repository root (thin entry points, not library code):
         # the command is run from there, as `dvc repro` is.
         sys.path.insert(0, ".")
-    module = importlib.import_module(COMMANDS[args.command][0])
-    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile", "train-summary"}:
-        return module.main(argv[1:]) or 0
-    module.main(*argv[1:2])
-    return 0
+    command = COMMANDS[args.command]
+    module = importlib.import_module(command.module)
+    if command.stage:
+        module.main(*argv[1:2])
+        return 0
+    return module.main(argv[1:]) or 0
 
 
 if __name__ == "__main__":

@@ -140,12 +140,12 @@ class GRPOParams:
     ppo_epochs: passes over the step's batch.
     clip_ratio_low / clip_ratio_high: the probability ratio is clipped to ``[1 - low, 1 + high]``.
     clip_ratio_c: dual-clip bound for negative advantages (> 1); null turns dual-clip off.
-    loss_agg: ``token-mean`` (every trained token weighs the same) or ``seq-mean-token-mean``
-        (every response weighs the same).
+    loss_agg: ``token-mean`` (every trained token weighs the same), ``seq-mean-token-mean`` (every
+        response weighs the same), or their ``-sum`` forms (see ``factrl.rl.losses.LOSS_AGGREGATIONS``).
     norm_adv_by_std: divide advantages by the group std (GRPO) or not (Dr.GRPO).
     adv_eps: added to the group std before dividing.
     kl_coef: weight of the KL-to-reference loss (paper: 0.001; 0 = no reference model is kept).
-    kl_type: KL estimator: ``k1``, ``k2``/``mse``, ``k3``/``low_var_kl`` (see ``factrl.rl.kl``).
+    kl_type: KL estimator: ``k1``/``kl``, ``abs``, ``k2``/``mse``, ``k3``/``low_var_kl`` (see ``factrl.rl.kl``).
     entropy_coef: weight of an entropy bonus (0 = none; entropy is logged either way).
     temperature: sampling temperature of rollouts (paper: 1.0); log-probs are taken at it too.
     max_new_tokens: cap on generated tokens per model turn.
@@ -173,11 +173,11 @@ class GRPOParams:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float | None = 3.0
-    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum"] = "token-mean"
     norm_adv_by_std: bool = True
     adv_eps: float = 1e-6
     kl_coef: float = 0.001
-    kl_type: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
+    kl_type: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
     entropy_coef: float = 0.0
     temperature: float = 1.0
     max_new_tokens: int = 256

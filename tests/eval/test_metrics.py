@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from factrl.eval.metrics import bootstrap_ci, classification_metrics
+from factrl.eval.metrics import bootstrap_ci, bootstrap_mean_ci, classification_metrics
 
 LABELS = ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"]
 
@@ -72,3 +72,14 @@ def test_bootstrap_is_seeded_and_brackets_the_point_estimate():
     slow = bootstrap_ci(y_true, y_pred, lambda t, p: classification_metrics(t, p)["f1_weighted"], n_boot=200, seed=5)
     fast = bootstrap_ci(y_true, y_pred, "f1_weighted", n_boot=200, seed=5)
     assert fast == pytest.approx(slow)
+
+
+def test_mean_interval_brackets_the_mean_and_resamples_as_the_metrics_do():
+    values = np.random.default_rng(0).integers(0, 4, size=50)
+    low, high = bootstrap_mean_ci(values, 500, 0)
+    assert low <= values.mean() <= high and high - low < 1.5
+    assert bootstrap_mean_ci([2, 2, 2], 100, 0) == (2.0, 2.0)
+    # the mean of per-claim correctness is accuracy: the same resamples give the same interval
+    correct = np.random.default_rng(1).random(40) < 0.6
+    y_pred = ["SUPPORTS" if c else "REFUTES" for c in correct]
+    assert bootstrap_mean_ci(correct, 300, 7) == bootstrap_ci(["SUPPORTS"] * 40, y_pred, "accuracy", 300, 7)

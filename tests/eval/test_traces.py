@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,8 +13,8 @@ from factrl import cli
 from factrl.data.schemas import TRAJECTORIES
 from factrl.eval.traces import read_trajectories, trace_page, write_trace_page
 from factrl.io import write_parquet
+from tests.conftest import CHROMIUM, NO_CHROMIUM
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -95,7 +94,7 @@ def _chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_page_renders_in_headless_chromium(rollouts, tmp_path):
     from PIL import Image
 

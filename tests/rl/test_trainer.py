@@ -15,7 +15,9 @@ from safetensors.torch import load_file
 
 from factrl.config import GRPOParams
 from factrl.rewards.haris import reasoning_reward
-from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, step_prompts
+from factrl.rl.advantages import grpo_advantages
+from factrl.rl.losses import logprobs_from_logits
+from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, response_logits, step_prompts
 from tests.rl.tiny import TINY_CFG, make_rollout_fn, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +45,18 @@ def _batch(tok):
 
 
 def _cfg(**kw):
-    return replace(GRPOParams(lr=1e-3, micro_batch_size=4, precision="fp32"), **kw)
+    # no weight decay: AdamW's decay alone moves every weight, so a moved weight would prove nothing
+    return replace(GRPOParams(lr=1e-3, micro_batch_size=4, precision="fp32", weight_decay=0.0), **kw)
+
+
+def _weighted_logp(model, tok, trajs, rewards, groups) -> float:
+    """sum_i A_i * mean log p(response_i): what a policy-gradient step must raise (the surrogate
+    at ratio 1), for the batch's GRPO advantages ``A_i``."""
+    adv = grpo_advantages(torch.tensor(rewards), groups)
+    mb = collate(trajs, adv, tok.pad_token_id)
+    with torch.no_grad():
+        logp = logprobs_from_logits(response_logits(model, mb, 1.0), mb.responses)
+    return float((adv * (logp * mb.mask).sum(-1) / mb.mask.sum(-1)).sum())
 
 
 def test_masked_tokens_get_zero_gradient(tok, tiny):
@@ -81,12 +94,16 @@ def test_trailing_masked_token_ids_do_not_change_the_update(tok):
 
 
 def test_one_step_changes_the_policy_not_the_reference(tok, tiny):
+    """Without weight decay, only the policy gradient moves weights: every tensor moves, and the
+    responses with positive advantage gain likelihood against those with negative advantage."""
     trajs, rewards, groups = _batch(tok)
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    surrogate = _weighted_logp(tiny, tok, trajs, rewards, groups)
     trainer = GRPOTrainer(tiny, tok, _cfg())
     metrics = trainer.step(trajs, rewards, groups)
     changed = [k for k, v in tiny.state_dict().items() if not torch.equal(v, before[k])]
     assert len(changed) == len(before)  # every tensor moves (AdamW step on a non-zero gradient)
+    assert _weighted_logp(tiny, tok, trajs, rewards, groups) > surrogate + 1e-3
     assert all(torch.equal(v, before[k]) for k, v in trainer.ref_model.state_dict().items())
     assert metrics["grad_norm"] > 0 and metrics["updates"] == 1
     assert not any(p.requires_grad for p in trainer.ref_model.parameters())
@@ -205,7 +222,7 @@ def test_real_smollm2_one_step():
     from tests.rl.tiny import checksum_reward
 
     model, tok = load_model_and_tokenizer("smollm2-135m")
-    cfg = replace(TINY_CFG, group_size=2, micro_batch_size=4, max_new_tokens=8, lr=1e-5)
+    cfg = replace(TINY_CFG, group_size=2, micro_batch_size=4, max_new_tokens=8, lr=1e-5, weight_decay=0.0)
     before = model.model.layers[0].mlp.up_proj.weight.clone()
     trainer = GRPOTrainer(model, tok, cfg)
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)

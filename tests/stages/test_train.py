@@ -25,9 +25,11 @@ from factrl.llm.backends import open_llm
 from factrl.recipes import haris_rounds
 
 REPO = Path(__file__).resolve().parents[2]
-SHORT = dict(group_size=2, prompts_per_step=2, steps=2, lr=5e-5, micro_batch_size=4, max_new_tokens=16,
-             checkpoint_every=1, keep_checkpoints=1, max_turns=1, max_context_tokens=1024,
+# no weight decay: it alone moves every weight, so "the weights moved" would not show a policy gradient
+SHORT = dict(group_size=2, prompts_per_step=2, steps=2, lr=5e-5, weight_decay=0.0, micro_batch_size=4,
+             max_new_tokens=16, checkpoint_every=1, keep_checkpoints=1, max_turns=1, max_context_tokens=1024,
              max_tool_response_tokens=64, retrieval_mode="bm25", precision="bf16", seed=1)
+QUESTION = "<question>Who founded it?</question>"
 
 
 def tiny_world(root: Path) -> tuple[pa.Table, Path]:
@@ -77,14 +79,83 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
-    """Both agents train for ``steps`` real GRPO steps: weights move, HF checkpoints and per-step
-    metrics are written, checkpoints are dropped at the end; the reasoning agent's questions are
-    answered by the search agent the first stage wrote (loaded from its directory)."""
+class Wrapped:
+    """An LLM seen through ``complete_tokens`` only: the step-level API (``submit`` / ``step``) is
+    hidden, so agent loops send their requests in batches through the wrapper."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def __getattr__(self, name):
+        if name in ("submit", "step"):
+            raise AttributeError(name)
+        return getattr(self.llm, name)
+
+
+class AsksFirst(Wrapped):
+    """The policy LLM, except that its first turn is the scripted :data:`QUESTION` (an untrained
+    policy almost never writes ``</question>``), so every reasoning rollout sends one question to
+    the search agent; later turns are the policy's own samples."""
+
+    def complete_tokens(self, prompts, params):
+        from factrl.llm.base import Completion
+
+        question = self.tokenizer(QUESTION, add_special_tokens=False)["input_ids"]
+        answered = [self.tokenizer.decode(p[-8:]).rstrip().endswith("</result>") for p in prompts]
+        own = iter(self.llm.complete_tokens([p for p, a in zip(prompts, answered) if a], params))
+        asked = [Completion(QUESTION, question, "stop")] * params.n
+        return [next(own) if a else asked for a in answered]
+
+
+class Recording(Wrapped):
+    """An LLM that keeps the decoded prompt of every request it continues."""
+
+    def __init__(self, llm):
+        super().__init__(llm)
+        self.prompts = []
+
+    def complete_tokens(self, prompts, params):
+        self.prompts += [self.tokenizer.decode(p) for p in prompts]
+        return self.llm.complete_tokens(prompts, params)
+
+
+def _learning_signal(monkeypatch) -> None:
+    """Add a checksum of the sampled ids to the stages' real rewards (0.9 real + 0.1 checksum), so
+    the samples of a group score differently and every step has non-zero advantages (a random
+    policy's rewards are all 0 otherwise, and a step would train on nothing); and let the
+    reasoning policy ask its question first (:class:`AsksFirst`)."""
+    from factrl.rewards.registry import RewardResult
+    from tests.rl.tiny import checksum_reward
+
+    def tie_broken(build):
+        def make(*args, **kwargs):
+            real = build(*args, **kwargs)
+
+            def score(items, trajectories):
+                return [RewardResult(0.9 * r.score + 0.1 * c, r.parts, r.format_valid)
+                        for r, c in zip(real(items, trajectories), checksum_reward(items, trajectories))]
+
+            return score
+
+        return make
+
+    for name in ("search_reward_fn", "reasoning_reward_fn"):
+        monkeypatch.setattr(haris_rounds, name, tie_broken(getattr(haris_rounds, name)))
+    build_rollout = haris_rounds.reasoning_rollout_fn
+    monkeypatch.setattr(haris_rounds, "reasoning_rollout_fn",
+                        lambda llm, tool, params: build_rollout(AsksFirst(llm), tool, params))
+
+
+def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> None:
+    """Both agents train for ``steps`` real GRPO steps: weights move by the policy gradient alone (no
+    weight decay; rewards that differ within groups), HF checkpoints and per-step metrics are
+    written, checkpoints are dropped at the end; every question of the reasoning agent is answered
+    by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
     from stages.train_reason import train_reason
     from stages.train_search import train_search
 
+    _learning_signal(monkeypatch)
     claims, _ = world
     params = dict(SHORT, steps=steps)
     model, tok = load()
@@ -93,6 +164,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
                        state_dir=tmp_path / "ck_s", out_model=tmp_path / "models" / "search_1",
                        metrics_path=tmp_path / "m" / "search_r1.csv", model_tokenizer=(model, tok))
     assert [r["step"] for r in res.rows] == list(range(1, steps + 1)) and not res.resumed
+    assert all(r["uniform_group_rate"] < 1 for r in res.rows)  # every step had a reward signal
     assert _weights_changed(before, model)
     out = tmp_path / "models" / "search_1"
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
@@ -102,7 +174,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
     assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
     assert not (tmp_path / "ck_s" / "checkpoints").exists()
 
-    search_llm = LocalLLM(str(out), precision="bf16")  # L_1 as written: a Hugging Face directory
+    search_llm = Recording(LocalLLM(str(out), precision="bf16"))  # L_1 as written: a Hugging Face directory
     model2, tok2 = load()
     before2 = {k: v.clone() for k, v in model2.state_dict().items()}
     rp = ReasonTrainParams(**params, search_max_turns=1, search_max_new_tokens=12)
@@ -110,15 +182,17 @@ def _train_both(world, retriever, tmp_path, load, steps: int) -> None:
                        out_model=tmp_path / "models" / "reason_1", metrics_path=tmp_path / "m" / "reason_r1.csv",
                        search_llm=search_llm, model_tokenizer=(model2, tok2))
     assert len(res.rows) == steps and _weights_changed(before2, model2)
+    assert all(r["uniform_group_rate"] < 1 for r in res.rows)
     assert (tmp_path / "models" / "reason_1" / "model.safetensors").exists()
     rows = _read_csv(tmp_path / "m" / "reason_r1.csv")
     assert len(rows) == steps
-    asked = [float(r["tool_calls"]) for r in rows]  # questions per rollout; max_turns 1
-    assert all(0.0 <= a <= 1.0 for a in asked)
-    assert (sum(asked) > 0) == (search_llm.stats["prompt_tokens"] > 0)  # every question reached the search agent
+    assert [float(r["tool_calls"]) for r in rows] == [1.0] * steps  # one question per rollout (max_turns 1)
+    # every rollout of every step (prompts_per_step x group_size) had its question answered by L_1
+    asked = sum("Question: Who founded it?" in p for p in search_llm.prompts)
+    assert asked >= steps * SHORT["prompts_per_step"] * SHORT["group_size"]
 
 
-def test_train_stages_on_tiny_world(world, retriever, tmp_path):
+def test_train_stages_on_tiny_world(world, retriever, tmp_path, monkeypatch):
     """Default suite: a tiny random Llama with SmolLM2's tokenizer, so the real prompts, tags,
     masks and checkpoints run in seconds."""
     from tests.rl.tiny import tiny_model, tokenizer
@@ -127,15 +201,16 @@ def test_train_stages_on_tiny_world(world, retriever, tmp_path):
         tok = tokenizer()
         return tiny_model(tok), tok
 
-    _train_both(world, retriever, tmp_path, load, steps=2)
+    _train_both(world, retriever, tmp_path, load, steps=2, monkeypatch=monkeypatch)
 
 
 @pytest.mark.slow
-def test_train_stages_with_smollm2(world, retriever, tmp_path):
+def test_train_stages_with_smollm2(world, retriever, tmp_path, monkeypatch):
     """The real policy (SmolLM2-135M), one step per agent (minutes on 2 busy cores)."""
     from factrl.llm.models import load_model_and_tokenizer
 
-    _train_both(world, retriever, tmp_path, lambda: load_model_and_tokenizer("smollm2-135m"), steps=1)
+    _train_both(world, retriever, tmp_path, lambda: load_model_and_tokenizer("smollm2-135m"), steps=1,
+                monkeypatch=monkeypatch)
 
 
 def test_reward_functions_score_by_name():

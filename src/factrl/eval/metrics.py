@@ -1,4 +1,5 @@
-"""Classification metrics as the HARIS paper reports them, and seeded bootstrap intervals.
+"""Classification metrics as the HARIS paper reports them, and seeded bootstrap intervals (of these
+metrics, and of the mean of per-claim counts).
 
 HARIS reports accuracy and F1 per dataset and hop; its F1 is the support-weighted F1 (scikit-learn's
 ``average="weighted"``), so weighted recall equals accuracy. Macro F1 is reported too. Labels are
@@ -72,6 +73,17 @@ def classification_metrics(y_true: Sequence[str], y_pred: Sequence[str | None]) 
     return out
 
 
+def _resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """``[n_boot, n]`` item indices drawn with replacement from ``numpy.random.default_rng(seed)``."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def _percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    alpha = (1 - level) / 2
+    low, high = np.quantile(values, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
 def bootstrap_ci(
     y_true: Sequence[str],
     y_pred: Sequence[str | None],
@@ -85,8 +97,7 @@ def bootstrap_ci(
     Resamples items with replacement ``n_boot`` times from ``numpy.random.default_rng(seed)``.
     """
     t, p, k = _encode(y_true, y_pred)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(t), size=(n_boot, len(t)))
+    idx = _resamples(len(t), n_boot, seed)
     if isinstance(metric, str):
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS} or a function")
@@ -94,6 +105,14 @@ def bootstrap_ci(
     else:
         yt, yp = list(y_true), list(y_pred)
         values = np.array([metric([yt[i] for i in row], [yp[i] for i in row]) for row in idx])
-    alpha = (1 - level) / 2
-    low, high = np.quantile(values, [alpha, 1 - alpha])
-    return float(low), float(high)
+    return _percentile_interval(values, level)
+
+
+def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (per-claim counts such as questions
+    asked), resampled exactly as :func:`bootstrap_ci` resamples items."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no items to score")
+    return _percentile_interval(x[_resamples(len(x), n_boot, seed)].mean(axis=1), level)

@@ -33,16 +33,14 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents.rollout import Trajectory
-from factrl.eval.metrics import METRICS, bootstrap_ci, classification_metrics
+from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.sampling import stratified_sample
+from factrl.registry import Registry
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("haris", "single_agent", "rag", "decompose_verify")
 BINARY_LABELS = ("SUPPORTS", "REFUTES")
 COUNT_METRICS = ("avg_questions", "avg_searches", "no_verdict_rate")
-# display names of the baselines in the report (HARIS rows are named by their checkpoint)
-SYSTEM_NAMES = {"single_agent": "Single agent", "rag": "RAG", "decompose_verify": "Decomp-Verify"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,13 +106,69 @@ class HarisSystem:
         return out
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A registered baseline: its name in the report (HARIS rows are named by their checkpoint) and
+    ``run(claims, llm, retriever, *, top_k, max_new_tokens, max_turns) -> [ClaimRun]`` over a batch."""
+
+    label: str
+    run: Callable[..., list[ClaimRun]]
+
+
+BASELINES: Registry[Baseline] = Registry("baseline")
+
+
+def baseline(name: str, label: str) -> Callable:
+    """Decorator registering a baseline's batch function in :data:`BASELINES` as ``name``."""
+
+    def deco(fn: Callable[..., list[ClaimRun]]) -> Callable[..., list[ClaimRun]]:
+        BASELINES.add(name, Baseline(label, fn))
+        return fn
+
+    return deco
+
+
+# Counts: the single agent asks no questions and searches as it decides; RAG searches once (the
+# claim); Decompose-Then-Verify checks every sub-claim (counted as questions) with one search each.
+
+
+@baseline("single_agent", "Single agent")
+def single_agent(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int,
+                 max_turns: int) -> list[ClaimRun]:
+    from factrl.agents import baselines
+
+    params = baselines.default_single_agent_params(max_new_tokens=max_new_tokens, max_turns=max_turns)
+    results = baselines.single_agent(claims, llm=llm, retriever=retriever, k=top_k, params=params)
+    return [ClaimRun(verdict=r.verdict, searches=r.trajectory.num_tool_calls, format_valid=r.parse.format_valid,
+                     trajectories=[("single_agent", r.trajectory, r.parse.format_valid)]) for r in results]
+
+
+@baseline("rag", "RAG")
+def rag(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int) -> list[ClaimRun]:
+    from factrl.agents import baselines
+
+    results = baselines.rag(claims, llm=llm, retriever=retriever, k=top_k)
+    return [ClaimRun(verdict=r.verdict, searches=len(r.contexts), format_valid=r.verdict is not None,
+                     trajectories=[("rag", _call_trace(r), r.verdict is not None)]) for r in results]
+
+
+@baseline("decompose_verify", "Decomp-Verify")
+def decompose_verify(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int,
+                     max_turns: int) -> list[ClaimRun]:
+    from factrl.agents import baselines
+
+    results = baselines.decompose_then_verify(claims, llm=llm, retriever=retriever, k=top_k)
+    return [ClaimRun(verdict=r.verdict, questions=len(r.subclaims), searches=len(r.contexts),
+                     format_valid=r.verdict is not None,
+                     trajectories=[("decompose_verify", _call_trace(r), r.verdict is not None)]) for r in results]
+
+
+SYSTEMS = ("haris", *BASELINES)  # what params ``evaluate.systems`` and ``--systems`` may name
+
+
 @dataclass
 class BaselineSystem:
-    """A baseline of ``factrl.agents.baselines``: ``rag``, ``decompose_verify`` or ``single_agent``.
-
-    Counts: RAG searches once (the claim); Decompose-Then-Verify checks every sub-claim (counted as
-    questions) with one search each; the single agent asks no questions and searches as it decides.
-    """
+    """The baseline registered as ``kind`` in :data:`BASELINES` on one LLM (``factrl.agents.baselines``)."""
 
     name: str
     kind: str
@@ -124,27 +178,8 @@ class BaselineSystem:
     max_turns: int = 2
 
     def run(self, claims: list[str], retriever) -> list[ClaimRun]:
-        from factrl.agents import baselines
-
-        if self.kind == "single_agent":
-            params = baselines.default_single_agent_params(max_new_tokens=self.max_new_tokens,
-                                                           max_turns=self.max_turns)
-            results = baselines.single_agent(list(claims), llm=self.llm, retriever=retriever, k=self.top_k,
-                                             params=params)
-            return [ClaimRun(verdict=r.verdict, searches=r.trajectory.num_tool_calls,
-                             format_valid=r.parse.format_valid,
-                             trajectories=[("single_agent", r.trajectory, r.parse.format_valid)]) for r in results]
-        if self.kind == "rag":
-            results = baselines.rag(list(claims), llm=self.llm, retriever=retriever, k=self.top_k)
-            return [ClaimRun(verdict=r.verdict, searches=len(r.contexts), format_valid=r.verdict is not None,
-                             trajectories=[("rag", _call_trace(r), r.verdict is not None)]) for r in results]
-        if self.kind == "decompose_verify":
-            results = baselines.decompose_then_verify(list(claims), llm=self.llm, retriever=retriever, k=self.top_k)
-            return [ClaimRun(verdict=r.verdict, questions=len(r.subclaims), searches=len(r.contexts),
-                             format_valid=r.verdict is not None,
-                             trajectories=[("decompose_verify", _call_trace(r), r.verdict is not None)])
-                    for r in results]
-        raise ValueError(f"unknown baseline {self.kind!r}")
+        return BASELINES.lookup(self.kind).run(list(claims), self.llm, retriever, top_k=self.top_k,
+                                               max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
 
 
 def _call_trace(result) -> Trajectory:
@@ -189,7 +224,7 @@ def build_systems(names: Sequence[str], checkpoints: Sequence[tuple[str, str, st
                 raise ValueError("system 'haris' needs at least one checkpoint")
             systems += [HarisSystem(label, llm(reason), llm(search), **limits) for label, reason, search in checkpoints]
         else:
-            systems.append(BaselineSystem(SYSTEM_NAMES[name], name, llm(base_model), **limits))
+            systems.append(BaselineSystem(BASELINES[name].label, name, llm(base_model), **limits))
     return systems
 
 
@@ -233,15 +268,6 @@ def sample_set(eval_set: EvalSet, per_hop: int, seed: int) -> pa.Table:
 # --------------------------------------------------------------------------------------------
 
 
-def mean_ci(values: Sequence[float], n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values``."""
-    x = np.asarray(values, dtype=np.float64)
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
-    alpha = (1 - level) / 2
-    low, high = np.quantile(x[idx].mean(axis=1), [alpha, 1 - alpha])
-    return float(low), float(high)
-
-
 def score_rows(dataset: str, system: str, num_hops: int | None, y_true: Sequence[str],
                y_pred: Sequence[str | None], questions: Sequence[int], searches: Sequence[int], *,
                n_boot: int, seed: int, positive_only: bool = False) -> list[dict]:
@@ -258,7 +284,7 @@ def score_rows(dataset: str, system: str, num_hops: int | None, y_true: Sequence
     counts = {"avg_questions": questions, "avg_searches": searches,
               "no_verdict_rate": [float(p is None) for p in y_pred]}
     for metric, values in counts.items():
-        low, high = mean_ci(values, n_boot, seed)
+        low, high = bootstrap_mean_ci(values, n_boot, seed)
         rows.append(base | {"metric": metric, "value": float(np.mean(values)), "ci_low": low, "ci_high": high})
     return rows
 

@@ -1,10 +1,19 @@
 """OpenAI-compatible HTTP backend (OpenAI, ``vllm serve``, ``factrl serve-llm``) on ``openai``.
 
-Requests of one batch go out concurrently under a semaphore. The client's own retry loop is turned
-off so that every retry goes through :func:`_with_retries`: exponential backoff with full jitter on
-429, 5xx, timeouts, connection errors and unparseable bodies, waiting at least ``Retry-After``
-when the server sends it. The key comes from a parameter or an environment variable (name
-configurable) and is held only by the ``openai`` client: it is never logged, cached or repr'd.
+Requests of one batch go out concurrently under a semaphore. Retries are one mechanism,
+:meth:`OpenAICompatLLM._with_retries` (the ``openai`` client's own loop is off): exponential backoff
+with full jitter on 429, 5xx, timeouts, connection errors and unparseable bodies, waiting at least
+``Retry-After`` when the server sends it. It is written here because the client's loop cannot:
+
+- retry a 200 whose body is not the completion we asked for (a proxy's truncated JSON, fewer
+  choices than ``n``): the client raises ``JSONDecodeError`` / ``APIResponseValidationError``
+  without retrying (with its loop on instead of this one, the fault-injection test fails on them);
+- take the backoff as settings (its 0.5 s -> 8 s schedule is module constants) or spread a batch's
+  32 concurrent retries with full jitter (it jitters by 0-25% only, so they return in a herd);
+- count retries into :class:`Usage`, or honour a ``Retry-After`` above two minutes (it gives up).
+
+The key comes from a parameter or an environment variable (name configurable) and is held only by
+the ``openai`` client: it is never logged, cached or repr'd.
 """
 
 from __future__ import annotations
@@ -78,6 +87,7 @@ class OpenAICompatLLM:
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         # local servers (vllm, factrl serve-llm) accept any key; the client refuses an empty one
         key = api_key or os.environ.get(api_key_env) or "EMPTY"
+        # max_retries=0: _with_retries is the one retry loop (the module docstring says why)
         self._client_args = dict(base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.concurrency = concurrency
         self.max_retries = max_retries

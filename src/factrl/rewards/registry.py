@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-F = TypeVar("F", bound=Callable[..., Any])
+from factrl.registry import Registry
 
-REWARDS: dict[str, Callable[..., Any]] = {}
+REWARDS: Registry[Callable[..., Any]] = Registry("reward")
+register = REWARDS.register  # decorator: @register("name") adds a reward function (names are unique)
 
 
 @dataclass(frozen=True)
@@ -25,25 +26,10 @@ class RewardResult:
     format_valid: bool = True
 
 
-def register(name: str) -> Callable[[F], F]:
-    """Decorator adding a reward function to :data:`REWARDS` under ``name`` (names are unique)."""
-
-    def deco(fn: F) -> F:
-        if name in REWARDS and REWARDS[name] is not fn:
-            raise ValueError(f"reward {name!r} is already registered by {REWARDS[name].__module__}")
-        REWARDS[name] = fn
-        return fn
-
-    return deco
-
-
 def get_reward(name: str) -> Callable[..., Any]:
     """The reward function registered as ``name``; a KeyError listing the known names otherwise."""
     _load_builtin()
-    try:
-        return REWARDS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward {name!r}; registered: {sorted(REWARDS)}") from None
+    return REWARDS.lookup(name)
 
 
 def _load_builtin() -> None:

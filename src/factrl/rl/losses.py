@@ -11,11 +11,12 @@ loss of the mini-batch in one piece (verl does the same with its ``global_batch_
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-AggMode = Literal["token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum"]
+from factrl.registry import Registry
+
+# loss_agg modes: (loss_mat [B, T], mask [B, T] float, num_tokens, num_seqs) -> scalar; see agg_loss
+LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -30,36 +31,50 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return masked_sum(values, mask, dim) / (count + 1e-8)
 
 
+@LOSS_AGGREGATIONS.register("token-mean")
+def token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, num_tokens=None, num_seqs=None) -> torch.Tensor:
+    """Sum over all valid tokens / ``num_tokens`` (default: valid tokens here): long responses weigh more."""
+    return masked_sum(loss_mat, mask) / (mask.sum() if num_tokens is None else num_tokens)
+
+
+@LOSS_AGGREGATIONS.register("token-sum")
+def token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, num_tokens=None, num_seqs=None) -> torch.Tensor:
+    """Sum over all valid tokens."""
+    return masked_sum(loss_mat, mask)
+
+
+def _seq_mean(seq_loss: torch.Tensor, tokens_per_seq: torch.Tensor, num_seqs) -> torch.Tensor:
+    """``[B]`` per-sequence losses averaged over the ``num_seqs`` sequences with any valid token
+    (default: those here)."""
+    seq_mask = (tokens_per_seq > 0).to(seq_loss.dtype)
+    return masked_sum(seq_loss, seq_mask) / (seq_mask.sum() if num_seqs is None else num_seqs)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, num_tokens=None, num_seqs=None) -> torch.Tensor:
+    """Each sequence's token mean, averaged over sequences: every response weighs the same."""
+    tokens_per_seq = mask.sum(dim=-1)
+    return _seq_mean(masked_sum(loss_mat, mask, dim=-1) / (tokens_per_seq + 1e-8), tokens_per_seq, num_seqs)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, num_tokens=None, num_seqs=None) -> torch.Tensor:
+    """Each sequence's token sum, averaged over sequences."""
+    return _seq_mean(masked_sum(loss_mat, mask, dim=-1), mask.sum(dim=-1), num_seqs)
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     mask: torch.Tensor,
-    agg: AggMode = "token-mean",
+    agg: str = "token-mean",
     *,
     num_tokens: float | torch.Tensor | None = None,
     num_seqs: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Aggregate a per-token loss ``[B, T]`` into a scalar.
-
-    ``token-mean``: sum over all valid tokens / ``num_tokens`` (default: valid tokens here), so
-    long responses weigh more. ``seq-mean-token-mean``: each sequence's token mean, averaged over
-    the ``num_seqs`` sequences with any valid token (default: those here). The ``-sum`` variants
-    skip the per-token division.
-    """
-    mask = mask.to(loss_mat.dtype)
-    if agg == "token-mean":
-        denom = mask.sum() if num_tokens is None else num_tokens
-        return masked_sum(loss_mat, mask) / denom
-    if agg == "token-sum":
-        return masked_sum(loss_mat, mask)
-    if agg in ("seq-mean-token-mean", "seq-mean-token-sum"):
-        tokens_per_seq = mask.sum(dim=-1)
-        seq_loss = masked_sum(loss_mat, mask, dim=-1)
-        if agg == "seq-mean-token-mean":
-            seq_loss = seq_loss / (tokens_per_seq + 1e-8)
-        seq_mask = (tokens_per_seq > 0).to(loss_mat.dtype)
-        denom = seq_mask.sum() if num_seqs is None else num_seqs
-        return masked_sum(seq_loss, seq_mask) / denom
-    raise ValueError(f"unknown loss aggregation {agg!r}")
+    """Aggregate a per-token loss ``[B, T]`` into a scalar with the mode registered as ``agg`` in
+    :data:`LOSS_AGGREGATIONS` (``token-mean``, ``token-sum``, ``seq-mean-token-mean``,
+    ``seq-mean-token-sum``); ``mask`` ``[B, T]`` marks the valid tokens."""
+    return LOSS_AGGREGATIONS.lookup(agg)(loss_mat, mask.to(loss_mat.dtype), num_tokens, num_seqs)
 
 
 def policy_loss(
@@ -69,7 +84,7 @@ def policy_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
-    agg: AggMode = "token-mean",
+    agg: str = "token-mean",
     *,
     clip_ratio_c: float | None = 3.0,
     num_tokens: float | torch.Tensor | None = None,
