@@ -23,7 +23,7 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo demo-long test test-slow bench clean
+.PHONY: setup demo demo-long test test-slow test-gpu bench clean
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+
+# On a machine with a CUDA device: the GRPO step, rollout and index tests on the GPU, and a short
+# paper-profile pipeline run with every model stage on `device: cuda` (they skip without CUDA).
+# Needs torch's CUDA build (PyPI's torch==2.13.0 wheel for Linux is one; a `+cpu` build is not).
+test-gpu: setup
+	$(BIN)/python -m pytest -m gpu
 
 bench: setup
 	$(PIP) install -c requirements/constraints.txt -e ".[bench]"

@@ -62,14 +62,14 @@ def generate_tokens(llm: LocalLLM, convs, max_tokens: int) -> int:
             pad_token_id=llm.pad_id, eos_token_id=sorted(llm.eos_ids),
         )
     gen = out[:, width:]
-    # count each row's tokens up to (not including) its first EOS, as the engine does
+    # count each row's tokens up to and including its first EOS, as the engine returns them
     total = 0
     for row in gen.tolist():
         n = 0
         for t in row:
+            n += 1
             if t in llm.eos_ids:
                 break
-            n += 1
         total += n
     return total
 

@@ -11,6 +11,7 @@ plots/eval/reward_curves.png when training metrics exist under metrics/train/), 
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import re
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 from factrl.config import EvalSetParams, EvaluateParams, load_section
 from factrl.eval import runner
+from factrl.hardware import resolve_device
 
 log = logging.getLogger("stages.evaluate")
 
@@ -107,8 +109,10 @@ def main(params_file: str = "params.yaml", *, llm_loader: Callable[[str], Any] |
     params: EvaluateParams = load_section("evaluate", params_file)
     sets, skipped = load_sets(params)
     checkpoints = resolve_checkpoints(params)
+    device = resolve_device(params.device, key="evaluate.device")
     systems = runner.build_systems(params.systems, checkpoints, params.base_model,
-                                   load_llm=llm_loader or runner.load_llm, top_k=params.top_k,
+                                   load_llm=llm_loader or functools.partial(runner.load_llm, device=device),
+                                   top_k=params.top_k,
                                    max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
                              batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)

@@ -13,14 +13,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 from factrl.config import IndexParams, load_section
+from factrl.retrieval.embed import load_embedder
 from factrl.retrieval.index import build_index
 
 
 def main(params_file: str = "params.yaml", passages: Path = Path("data/passages.parquet"),
          out: Path = Path("index")) -> dict:
     params: IndexParams = load_section("index", params_file)
+    embedder = load_embedder(params.embedder, device=params.device, key="index.device")
     with tqdm(desc="embedding passages", unit="passage") as bar:
-        manifest = build_index(passages, out, embedder=params.embedder, faiss_type=params.faiss_type,
+        manifest = build_index(passages, out, embedder=embedder, faiss_type=params.faiss_type,
                                bm25=params.bm25, chunk_size=params.chunk_size, progress=bar.update)
     print(f"index: {manifest['count']} passages, embedder={manifest['embedder']}, faiss={manifest['faiss_type']}")
     return manifest

@@ -65,11 +65,13 @@ def haris_rollout_fn(reasoner: str, searcher: str, index_dir: Path, params: Synt
     Epoch 1 keeps only the first question, so its rollouts stop after one tool call.
     """
     from factrl.agents import haris
+    from factrl.hardware import resolve_device
     from factrl.llm.local import LocalLLM
     from factrl.retrieval.index import Retriever
 
-    reason_llm = LocalLLM(reasoner)
-    search_llm = reason_llm if searcher == reasoner else LocalLLM(searcher)
+    device = resolve_device(params.device, key="synthesize.device")
+    reason_llm = LocalLLM(reasoner, device=device)
+    search_llm = reason_llm if searcher == reasoner else LocalLLM(searcher, device=device)
     retriever = Retriever(str(index_dir), mode=params.retrieval_mode)
     sampling = {"temperature": params.rollout_temperature, "seed": params.seed,
                 "max_new_tokens": params.rollout_max_tokens}

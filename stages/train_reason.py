@@ -35,7 +35,8 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.reasoning_rollout_params(params)
     served = haris_rounds.served_search_params(params)
-    with (open_llm(search_model, params.search_backend, precision=params.precision)
+    device = str(haris_rounds.train_device("reason", params))
+    with (open_llm(search_model, params.search_backend, precision=params.precision, device=device)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
 

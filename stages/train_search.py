@@ -31,7 +31,7 @@ def make_judge(params: SearchTrainParams):
         return build("rule", threshold=params.judge_threshold)
     from factrl.llm.local import LocalLLM
 
-    return build("llm", llm=LocalLLM(params.judge_model))
+    return build("llm", llm=LocalLLM(params.judge_model, device=haris_rounds.train_device("search", params)))
 
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,

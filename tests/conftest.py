@@ -49,3 +49,18 @@ def shared_data() -> Path:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests (``make test-gpu``) skip, saying why, on a machine without a CUDA device."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device: torch.cuda.is_available() is False on this machine "
+                                   "(`make test-gpu` runs these on the first machine with a GPU)")
+    for item in gpu_items:
+        item.add_marker(skip)

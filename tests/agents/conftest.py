@@ -70,6 +70,8 @@ class ScriptLLM:
             text, stopped = trim_at_stop(self.tokenizer.decode(ids[:j]), params.stop, params.include_stop)
             if stopped:
                 return Completion(text, ids[:j], "stop")
+        if len(ids) < params.max_tokens:  # the reply ends: the engine returns the EOS it sampled
+            return Completion(self.tokenizer.decode(ids), ids + [self.tokenizer.eos_token_id], "stop")
         kept = ids[: params.max_tokens]
         return Completion(self.tokenizer.decode(kept), kept, "length" if len(ids) > params.max_tokens else "stop")
 

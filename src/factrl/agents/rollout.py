@@ -9,9 +9,12 @@ requests on a shared engine (rows join and leave the running batch between decod
 their tool calls (one batched call per tool), so no trajectory waits for the others' turns.
 
 Token ids (token-level engines such as :class:`~factrl.llm.local.LocalLLM`): the response is the exact concatenation of
-the ids the policy sampled (loss mask 1; the EOS token is appended with mask 1 when the model
-stopped by EOS, so training teaches it to stop) and the ids of the injected results (mask 0). The
-model conditions on precisely these ids, so the mask and the log-probs are exact.
+the ids the policy sampled (loss mask 1; an EOS that ended a turn is one of them, the very id the
+engine sampled, so training teaches the policy to stop the way it stopped, also for models with
+several EOS ids) and the ids of the injected results (mask 0). The model conditions on precisely
+these ids, so the mask and the log-probs are exact. When the engine returns the log-prob of each
+id it sampled, the trajectory keeps them (``response_logprobs``, 0 at injected ids) for the trainer
+to measure and correct the engine/trainer gap.
 
 Chat-only backends (``complete_tokens`` raises :class:`~factrl.llm.base.TokensUnsupported`): the
 rollout becomes a conversation (assistant turn up to the action tag, the result as a user turn)
@@ -79,6 +82,8 @@ class Trajectory:
     finish_reason: str  # "stop" | "length" | "max_turns"
     queries: list[str] = field(default_factory=list)  # what was sent to the tool, in order
     results: list[str] = field(default_factory=list)  # the tool's answers before truncation
+    # the engine's log-prob of each response id (0.0 at injected ids); None when it gave none
+    response_logprobs: list[float] | None = None
 
     def to_row(self, *, id, prompt_id, agent, round, reward=None, reward_parts=None, format_valid=None) -> dict:
         """A row of :data:`factrl.data.schemas.TRAJECTORIES`."""
@@ -99,6 +104,7 @@ class _State:
     conversation: list[Message] = field(default_factory=list)  # chat fallback only
     response: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)  # None once a generated span had none
     turns: list[tuple[str, str]] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
@@ -110,11 +116,28 @@ class _State:
     def end(self, reason: str) -> None:
         self.done, self.finish, self.pending = True, reason, None
 
+    def generated(self, ids: list[int], logprobs: Sequence[float] | None) -> None:
+        """Append ids the policy sampled (trained: mask 1) with the engine's log-probs of them."""
+        self.response += ids
+        self.mask += [1] * len(ids)
+        if self.logprobs is not None and logprobs is not None and len(logprobs) == len(ids):
+            self.logprobs += list(logprobs)
+        else:
+            self.logprobs = None
+
+    def injected(self, ids: list[int]) -> None:
+        """Append ids the policy did not sample (a tool's answer, a response prefix): mask 0."""
+        self.response += ids
+        self.mask += [0] * len(ids)
+        if self.logprobs is not None:
+            self.logprobs += [0.0] * len(ids)
+
     def trajectory(self) -> Trajectory:
         return Trajectory(
             prompt_ids=self.prompt, response_ids=self.response, loss_mask=self.mask, turns=self.turns,
             response_text="".join(t for _, t in self.turns), num_tool_calls=self.calls,
             finish_reason=self.finish, queries=self.queries, results=self.results,
+            response_logprobs=self.logprobs,
         )
 
 
@@ -191,10 +214,9 @@ def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams
     s = _State(prompt=list(prompt))
     if params.response_prefix:
         ids = _encode(tokenizer, params.response_prefix)
-        s.response, s.mask = list(ids), [0] * len(ids)
+        s.injected(ids)
         s.turns.append(("env", tokenizer.decode(ids)))
     stops = _stops(tool, params)
-    eos = getattr(tokenizer, "eos_token_id", None)
     turn = 0
     while not s.done:
         room = params.max_context_tokens - len(s.prompt) - len(s.response)
@@ -204,14 +226,9 @@ def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams
         c = yield Generate(llm, _sampling(params, min(params.max_new_tokens, room), stops, turn),
                            prompt_ids=s.prompt + s.response, stream=stream)
         turn += 1
+        # the engine's ids as sampled (an ending EOS included); never re-tokenized or substituted
         ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
-        hit_stop = any(c.text.endswith(t) for t in stops)
-        s.response += ids
-        s.mask += [1] * len(ids)
-        by_eos = c.finish_reason == "stop" and not hit_stop
-        if by_eos and eos is not None and len(s.prompt) + len(s.response) < params.max_context_tokens:
-            s.response.append(eos)  # trained with mask 1, so the policy learns to stop
-            s.mask.append(1)
+        s.generated(ids, c.logprobs if c.token_ids is not None else None)
         s.turns.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
         _after_turn(s, c.text, c.finish_reason == "stop", tool, params)
         if s.pending is None:
@@ -221,8 +238,7 @@ def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams
         if len(s.prompt) + len(s.response) + len(ids) >= params.max_context_tokens:
             s.end("length")
             break
-        s.response += ids
-        s.mask += [0] * len(ids)
+        s.injected(ids)
         s.turns.append(("env", text))
     return s.trajectory()
 
@@ -252,8 +268,7 @@ def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: 
         turn += 1
         text = _infer_stop(c.text, stops) if c.finish_reason == "stop" else c.text
         ids = _encode(tokenizer, text) if tokenizer is not None else []
-        s.response += ids
-        s.mask += [1] * len(ids)
+        s.generated(ids, None)  # re-tokenized text: no engine log-probs of these ids
         s.turns.append(("model", text))
         s.conversation.append({"role": "assistant", "content": text})
         _after_turn(s, text, c.finish_reason == "stop", tool, params)
@@ -266,8 +281,7 @@ def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: 
             ids, text = _result_ids(tokenizer, answer, params)
         else:
             ids, text = [], RESULT_OPEN + answer + RESULT_CLOSE
-        s.response += ids
-        s.mask += [0] * len(ids)
+        s.injected(ids)
         s.turns.append(("env", text))
         s.conversation.append({"role": "user", "content": text.strip()})
     return s.trajectory()

@@ -21,6 +21,7 @@ same evaluation on any claim file, indexing the given passages first.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import logging
 import time
@@ -414,11 +415,11 @@ def passages_index(passages: str | Path, root: str | Path) -> Path:
     return out
 
 
-def load_llm(spec: str):
-    """A local engine for a model directory or an embedded model name."""
+def load_llm(spec: str, device="auto"):
+    """A local engine for a model directory or an embedded model name, on ``device``."""
     from factrl.llm.local import LocalLLM
 
-    return LocalLLM(spec)
+    return LocalLLM(spec, device=device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -485,6 +486,8 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per agent turn (default 64)")
     parser.add_argument("--max-turns", type=int, default=2, help="questions / searches per rollout (default 2)")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default="auto", help="where the models run: auto (CUDA when visible, else CPU), "
+                                                          "cpu, cuda or cuda:N")
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     parser.add_argument("--trace-claims", type=int, default=4, help="claims per system on the trace page")
     parser.add_argument("--name", default=None, help="dataset name in the report (default: the claim file's stem)")
@@ -505,7 +508,11 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     retriever = Retriever(out / "index", mode="bm25" if embedder is None else "hybrid")
     checkpoints = [(f"HARIS ({Path(r).name})" if r == s else f"HARIS ({Path(r).name}+{Path(s).name})", r, s)
                    for r, s in (args.checkpoint or [(args.base_model, args.base_model)])]
-    systems = build_systems(args.systems, checkpoints, args.base_model, load_llm=llm_loader or load_llm,
+    from factrl.hardware import resolve_device
+
+    device = resolve_device(args.device, key="--device")
+    systems = build_systems(args.systems, checkpoints, args.base_model,
+                            load_llm=llm_loader or functools.partial(load_llm, device=device),
                             top_k=args.top_k, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns)
     name = args.name or Path(args.claims).stem
     result = evaluate([EvalSet(name, claims, retriever)], systems, per_hop=args.per_hop, seed=args.seed,

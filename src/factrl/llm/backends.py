@@ -18,26 +18,26 @@ BACKENDS = ("local", "inprocess", "server", "openai")  # inprocess: another name
 
 
 @contextlib.contextmanager
-def open_llm(model: str, backend: str, *, precision: str = "auto", concurrency: int = 64,
+def open_llm(model: str, backend: str, *, precision: str = "auto", device: str = "auto", concurrency: int = 64,
              base_url: str = "", api_key_env: str = "OPENAI_API_KEY",
              price_per_mtok: tuple[float, float] = (0.0, 0.0), timeout: float = 300.0) -> Iterator[Any]:
     """``model`` behind ``backend``; a spawned server stops when the block ends.
 
-    precision applies to the local model (local/server); concurrency caps requests in flight (HTTP
+    precision and device apply to the local model (local/server); concurrency caps requests in flight (HTTP
     backends); base_url, api_key_env and price_per_mtok configure the ``openai`` backend, whose
     key is read from the environment by the client and never stored or logged here.
     """
     if backend in ("local", "inprocess"):
         from factrl.llm.local import LocalLLM
 
-        yield LocalLLM(model, precision=precision)
+        yield LocalLLM(model, precision=precision, device=device)
         return
     from factrl.llm.openai_compat import OpenAICompatLLM
 
     if backend == "server":
         from factrl.llm.serve import spawn_server
 
-        with spawn_server(model, precision=precision, timeout=timeout) as url:
+        with spawn_server(model, precision=precision, device=device, timeout=timeout) as url:
             # the local server checks no key, but the openai client insists on a non-empty one
             yield OpenAICompatLLM(model, base_url=url, api_key="local", concurrency=concurrency)
         return
@@ -50,6 +50,11 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", concurrency: 
 
 def open_teacher(params: TeacherParams, concurrency: int = 16):
     """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``."""
-    return open_llm(params.model, params.backend, precision=params.precision, concurrency=concurrency,
-                    base_url=params.base_url, api_key_env=params.api_key_env,
+    device = params.device
+    if params.backend != "openai":  # a local model: check its device here, where the params key is known
+        from factrl.hardware import resolve_device
+
+        device = str(resolve_device(params.device, key="synthesize.teacher.device"))
+    return open_llm(params.model, params.backend, precision=params.precision, device=device,
+                    concurrency=concurrency, base_url=params.base_url, api_key_env=params.api_key_env,
                     price_per_mtok=params.price_per_mtok)

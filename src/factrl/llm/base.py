@@ -49,14 +49,24 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One sampled continuation."""
+    """One sampled continuation.
+
+    token_ids: every token id the backend sampled, where it exposes them, including the EOS that
+        ended the continuation (as vLLM returns it; a model may have several EOS ids, e.g. Qwen3's
+        ``<|im_end|>`` and ``<|endoftext|>``, so no other id may stand in for it). ``text`` leaves
+        the EOS out.
+    logprobs: the backend's log-prob of each of ``token_ids`` under the distribution it sampled
+        from (temperature applied, before top-p), where it exposes them; a trainer compares them
+        with its own to measure and correct the engine/trainer mismatch.
+    """
 
     text: str
-    token_ids: list[int] | None = None  # generated token ids, where the backend exposes them
+    token_ids: list[int] | None = None
     finish_reason: str = "stop"  # "stop" (EOS or stop string) | "length"
     prompt_tokens: int = 0
     completion_tokens: int = 0
     extra: dict = field(default_factory=dict)
+    logprobs: list[float] | None = None
 
 
 class TokensUnsupported(NotImplementedError):  # noqa: N818 - reads as a sentence at the raise site

@@ -54,8 +54,9 @@ class SlotPlan:
         self.cache = cache
         self.segments = segments
         self.tokens = sum(s.length for s in segments)
-        slots = torch.cat([torch.full((s.length,), s.slot) for s in segments])
-        self.positions = torch.cat([torch.arange(s.start, s.start + s.length) for s in segments])
+        device = cache.device  # every tensor of the plan lives where the cache does
+        slots = torch.cat([torch.full((s.length,), s.slot, device=device) for s in segments])
+        self.positions = torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in segments])
         self.write_slots, self.write_columns = slots[None], self.positions[None]
         # leading one-token segments of slots 0..m-1 attend in one batched call
         m = 0
@@ -63,9 +64,10 @@ class SlotPlan:
             m += 1
         self.batched = m
         if m:
-            starts = torch.tensor([s.start for s in segments[:m]])
-            self.batched_width = int(starts.max()) + 1
-            self.batched_mask = (torch.arange(self.batched_width) <= starts[:, None])[:, None, None]  # [m, 1, 1, W]
+            starts = [s.start for s in segments[:m]]
+            self.batched_width = max(starts) + 1
+            columns = torch.arange(self.batched_width, device=device)
+            self.batched_mask = (columns <= torch.tensor(starts, device=device)[:, None])[:, None, None]  # [m, 1, 1, W]
         self._masks: dict[tuple[int, int, int], torch.Tensor] = {}
 
     def span(self) -> int:
@@ -78,7 +80,8 @@ class SlotPlan:
         key = (segment.start, segment.length, groups)
         if key not in self._masks:
             span = segment.start + segment.length
-            mask = torch.arange(span) <= torch.arange(segment.start, span)[:, None]
+            device = self.cache.device
+            mask = torch.arange(span, device=device) <= torch.arange(segment.start, span, device=device)[:, None]
             self._masks[key] = mask.repeat(groups, 1)[None, None]
         return self._masks[key]
 
@@ -160,9 +163,11 @@ class SlotLayer(CacheLayerMixin):
 class SlotCache(Cache):
     """Slot storage for every layer; :meth:`run` packs, plans and runs one forward over it."""
 
-    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype):
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu"):
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
         self.kv_heads, self.head_dim, self.dtype = kv_heads, head_dim, dtype
+        self.device = torch.device(device)
         self.plan: SlotPlan | None = None
         # per slot: columns 0..clean-1 hold finite values (states written at some point, or zeros)
         self.clean: list[int] = []
@@ -188,7 +193,8 @@ class SlotCache(Cache):
                 old = getattr(layer, name)
                 # empty, not zeros: only the pages rows actually use get touched (a first touch of
                 # fresh memory is what allocation costs here); see ensure_clean
-                new = torch.empty(new_slots, self.kv_heads, new_capacity, self.head_dim, dtype=self.dtype)
+                new = torch.empty(new_slots, self.kv_heads, new_capacity, self.head_dim, dtype=self.dtype,
+                                  device=self.device)
                 for slot, clean in enumerate(self.clean):
                     new[slot, :, :clean] = old[slot, :, :clean]
                 setattr(layer, name, new)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from factrl.hardware import use_bf16
+from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
@@ -105,7 +105,7 @@ def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingPar
                 return out + [t], len(out)
         else:
             p = _probs(logits[j], params)
-            if float(torch.rand((), generator=generator)) >= float(p[x]):
+            if float(torch.rand((), generator=generator, device=p.device)) >= float(p[x]):
                 p[x] = 0.0
                 return out + [int(torch.multinomial(p / p.sum(), 1, generator=generator))], len(out)
         out.append(int(x))
@@ -232,14 +232,17 @@ def row_seed(seed: int, row: int) -> int:
 
 @dataclass
 class GenerationRequest:
-    """One row in the step-level engine: its prompt, sampling, sampler and output so far.
-    ``completion`` is set when the row finishes."""
+    """One row in the step-level engine: its prompt, sampling, sampler and output so far (the
+    sampled ids, an ending EOS included, and the engine's log-prob of each). ``completion`` is set
+    when the row finishes."""
 
     prompt: list[int]
     params: SamplingParams
     generator: torch.Generator | None
     out: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "length"
+    ended_by_eos: bool = False
     completion: Completion | None = None
 
     @property
@@ -265,7 +268,15 @@ class LocalLLM:
     verifies an n-gram draft of up to ``speculative_tokens`` tokens per row (:func:`ngram_draft`,
     :func:`verify_draft`: the output is unchanged, greedy or sampled); 0 turns it off. The cache
     is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model
-    was modified in place or replaced since the last call.
+    was modified in place or replaced since the last call. ``device`` (``auto``, ``cpu``,
+    ``cuda[:n]``) is where a model loaded here runs; a given ``model_obj`` is decoded where its
+    weights are, and every tensor the engine creates (key/value slots, inputs, samplers) is put
+    there too.
+
+    Each :class:`Completion` carries every sampled token id, an EOS that ended it included (models
+    such as Qwen3 have several EOS ids: the one sampled is the one returned), and ``logprobs``: the
+    engine's log-prob of each at the sampling temperature (temperature 1 when greedy), which the
+    trainer compares with its own (``GRPOParams.tis_cap``).
     """
 
     def __init__(
@@ -280,11 +291,15 @@ class LocalLLM:
         prefix_cache_bytes: int = 2 * 1024**3,
         speculative_tokens: int = 5,
         speculate_max_batch: int = 4,
+        device: str | torch.device = "auto",
     ):
-        bf16 = use_bf16(precision)
+        load = model_obj is None or tokenizer is None
+        self.device = resolve_device(device) if load else next(model_obj.parameters()).device
+        bf16 = use_bf16(precision, self.device)
         self.precision = "bf16" if bf16 else "fp32"
-        if model_obj is None or tokenizer is None:
-            model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32")
+        if load:
+            model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32",
+                                                            device=self.device)
         self.model = model_obj  # the weights of record (a trainer updates these)
         # what the engine decodes with: the model itself, or its bf16 copy re-synced at admission
         self.engine_model = model_obj
@@ -370,7 +385,7 @@ class LocalLLM:
         ``seed`` seeds this row's own sampler, so its sample does not depend on which other rows
         happen to share its batch.
         """
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         request = GenerationRequest(list(prompt), params, generator)
         if params.max_tokens <= 0:
             self._finish(request)
@@ -406,7 +421,7 @@ class LocalLLM:
             heads = config.num_attention_heads
             self._cache = SlotCache(
                 config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
-                getattr(config, "head_dim", None) or config.hidden_size // heads, self._kv_dtype,
+                getattr(config, "head_dim", None) or config.hidden_size // heads, self._kv_dtype, self.device,
             )
         return self._cache
 
@@ -423,13 +438,14 @@ class LocalLLM:
         plan = SlotPlan(cache, segments)
         cache.reserve(max(s.slot for s in segments) + 1, plan.span(), self.max_batch)
         cache.begin(plan)
-        keep = torch.cat([torch.arange(s.offset, s.offset + s.length) if i < keep_all
-                          else torch.tensor([s.offset + s.length - 1]) for i, s in enumerate(segments)])
-        input_ids = torch.tensor([t for _, tokens, _ in rows for t in tokens])[None]
+        keep = torch.tensor([j for i, s in enumerate(segments)
+                             for j in (range(s.offset, s.offset + s.length) if i < keep_all
+                                       else [s.offset + s.length - 1])], device=self.device)
+        input_ids = torch.tensor([t for _, tokens, _ in rows for t in tokens], device=self.device)[None]
         # transformers returns a 4-D mask as given instead of building one over the packed
         # sequence; slot_attention ignores it and masks each segment itself
-        logits = self._forward(input_ids, torch.ones(1, 1, 1, 1, dtype=torch.bool), plan.positions[None], cache,
-                               keep=keep, slot_plan=plan)[0]
+        mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=self.device)
+        logits = self._forward(input_ids, mask, plan.positions[None], cache, keep=keep, slot_plan=plan)[0]
         return logits, [s.length if i < keep_all else 1 for i, s in enumerate(segments)]
 
     def _share_prefix(self, rows: list[list[int]]) -> None:
@@ -445,7 +461,9 @@ class LocalLLM:
         if n < MIN_SHARED_PREFIX or self.prefix_cache.longest(ids[0, :n])[1] >= n:
             return
         past = DynamicCache()
-        self._forward(ids[:1, :n], torch.ones(1, n, dtype=torch.long), torch.arange(n)[None], past)
+        dev = self.device
+        self._forward(ids[:1, :n].to(dev), torch.ones(1, n, dtype=torch.long, device=dev),
+                      torch.arange(n, device=dev)[None], past)
         self.stats["prefilled_tokens"] += n
         self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
 
@@ -478,7 +496,7 @@ class LocalLLM:
         last = (torch.tensor(sizes).cumsum(0) - 1).tolist()  # each row's last kept logit
         # one argmax for every greedy row below (none at all for sampled rollouts)
         greedy = kept.argmax(dim=-1).tolist() if any(r.params.greedy for r in (*running, *new)) else None
-        emitted, accepted = [], []
+        emitted, accepted, sources = [], [], []
         for slot, (r, d) in enumerate(zip(running, drafts)):
             if d:
                 tokens, n = verify_draft(logits[slot], d, r.params, r.generator)
@@ -488,10 +506,30 @@ class LocalLLM:
                 tokens, n = [self._sample_row(logits[slot][-1], r, greedy and greedy[last[slot]])], 0
             emitted.append(tokens)
             accepted.append(n)
+            sources.append(logits[slot])
         for r, row in self._place_admitted(new, staged):
             emitted.append([self._sample_row(logits[row][-1], r, greedy and greedy[last[row]])])
             accepted.append(0)
-        return self._emit(emitted, accepted)
+            sources.append(logits[row])
+        return self._emit(emitted, accepted, self._logprobs(sources, emitted))
+
+    def _logprobs(self, sources: list[torch.Tensor], emitted: list[list[int]]) -> list[list[float]]:
+        """The engine's log-prob of every emitted token, per row of ``emitted`` (slot order).
+
+        Row ``i``'s token ``j`` was sampled from ``sources[i][j]`` (``[>= len(emitted[i]), V]``
+        logits: a speculating row's draft positions, else one row), at the row's temperature (1
+        when greedy), as the trainer scores it. One batched log-softmax for the whole step.
+        """
+        rows = torch.cat([src[: len(toks)] for src, toks in zip(sources, emitted)]).float()
+        temps = [r.params.temperature if r.params.temperature > 0 else 1.0 for r in self._running]
+        temp = torch.tensor([t for t, toks in zip(temps, emitted) for _ in toks], device=rows.device)
+        picked = torch.tensor([t for toks in emitted for t in toks], device=rows.device)
+        flat = torch.log_softmax(rows / temp[:, None], dim=-1).gather(1, picked[:, None])[:, 0].tolist()
+        out, start = [], 0
+        for toks in emitted:
+            out.append(flat[start : start + len(toks)])
+            start += len(toks)
+        return out
 
     def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> dict[tuple[int, ...], bool]:
         """Give each distinct prompt of ``new`` the next free slot, load its longest cached prefix
@@ -551,18 +589,20 @@ class LocalLLM:
         return [ngram_draft(r.prompt + r.out, min(self.speculative_tokens, r.params.max_tokens - len(r.out) - 1))
                 if r.params.max_tokens - len(r.out) > 1 else [] for r in rows]
 
-    def _emit(self, emitted: list[list[int]], accepted: list[int]) -> list[GenerationRequest]:
-        """Append each running row's emitted tokens (slot order); rows that finish leave the batch
-        (their states go to the prefix cache first) and the last running rows move into their slots.
+    def _emit(self, emitted: list[list[int]], accepted: list[int], logprobs: list[list[float]]
+              ) -> list[GenerationRequest]:
+        """Append each running row's emitted tokens and their log-probs (slot order); rows that finish
+        leave the batch (their states go to the prefix cache first) and the last running rows move
+        into their slots.
 
         ``accepted[i]``: how many draft tokens row ``i``'s cache now holds past its previous
         output, so a finished row's cache holds its prompt, its previous output and those.
         """
         done: list[tuple[int, list[int]]] = []  # (slot, the tokens its cache holds)
-        for slot, (tokens, n) in enumerate(zip(emitted, accepted)):
+        for slot, (tokens, n, lps) in enumerate(zip(emitted, accepted, logprobs)):
             r = self._running[slot]
             cached = len(r.prompt) + len(r.out) + n
-            if any(self._advance(r, t) for t in tokens):  # any() stops at the first finish
+            if any(self._advance(r, t, lp) for t, lp in zip(tokens, lps)):  # any() stops at the first finish
                 done.append((slot, (r.prompt + r.out)[:cached]))
         finished = []
         for slot, ids in sorted(done, reverse=True):  # from the last slot: moves never touch a finished row
@@ -595,11 +635,11 @@ class LocalLLM:
         return int(_sample(logits[None], r.params, r.generator)[0])
 
     def _finish(self, r: GenerationRequest) -> None:
-        text = self.tokenizer.decode(r.out, skip_special_tokens=True)
+        text = self.tokenizer.decode(r.out[:-1] if r.ended_by_eos else r.out, skip_special_tokens=True)
         if r.params.stop:
             text = trim_at_stop(text, r.params.stop, r.params.include_stop)[0]
         r.completion = Completion(text=text, token_ids=r.out, finish_reason=r.finish_reason,
-                                  prompt_tokens=len(r.prompt), completion_tokens=len(r.out))
+                                  prompt_tokens=len(r.prompt), completion_tokens=len(r.out), logprobs=r.logprobs)
 
     @staticmethod
     @functools.cache  # called for every generated token with the request's (hashable) stop tuple
@@ -611,18 +651,20 @@ class LocalLLM:
         """
         return max((len(s.encode()) for s in stop), default=0) + 2
 
-    def _advance(self, r: GenerationRequest, tok: int) -> bool:
-        """Append the row's sampled token; return whether the row is finished (EOS, a stop string
-        or the token budget).
+    def _advance(self, r: GenerationRequest, tok: int, logprob: float) -> bool:
+        """Append the row's sampled token and its log-prob; return whether the row is finished (EOS,
+        a stop string or the token budget). An EOS is kept: it is the token the policy sampled, and
+        training teaches the policy to stop with it.
 
         Stop strings are searched in the decoded tail of the output only (a window covering the
         longest stop string), so the per-token cost does not grow with the output length; the text
         before the tail was already searched at earlier steps.
         """
-        if tok in self.eos_ids and not r.params.ignore_eos:
-            r.finish_reason = "stop"
-            return True
         r.out.append(tok)
+        r.logprobs.append(logprob)
+        if tok in self.eos_ids and not r.params.ignore_eos:
+            r.finish_reason, r.ended_by_eos = "stop", True
+            return True
         if r.params.stop:
             tail = self.tokenizer.decode(r.out[-self._stop_window(r.params.stop):], skip_special_tokens=True)
             if any(s and s in tail for s in r.params.stop):

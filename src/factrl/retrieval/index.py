@@ -386,6 +386,7 @@ class Retriever:
         embedder: Embedder | str | None = None,
         ef_search: int | None = None,
         bm25_threads: int | None = None,
+        device: str = "auto",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -406,7 +407,7 @@ class Retriever:
         self.embedder = None
         self.faiss = None
         if mode in ("dense", "hybrid"):
-            self.embedder, self.faiss = self._load_dense(embedder, ef_search)
+            self.embedder, self.faiss = self._load_dense(embedder, ef_search, device)
 
     def _load_bm25(self):
         import bm25s
@@ -415,7 +416,7 @@ class Retriever:
             raise ValueError(f"{self.dir} was built without a BM25 index")
         return bm25s.BM25.load(str(self.dir / "bm25"))
 
-    def _load_dense(self, embedder, ef_search):
+    def _load_dense(self, embedder, ef_search, device):
         import faiss
 
         built_with = self.manifest.get("embedder")
@@ -430,7 +431,7 @@ class Retriever:
                 f"(dim {self.manifest['dim']}); it cannot be searched with {name!r}"
             )
         if isinstance(embedder, str):
-            embedder = load_embedder(embedder)
+            embedder = load_embedder(embedder, device=device)
         if embedder.dim != self.manifest["dim"]:
             raise IndexMismatchError(
                 f"embedder {name!r} gives dim {embedder.dim}, index has dim {self.manifest['dim']}"

@@ -194,11 +194,12 @@ def serve(
     port: int = 8000,
     limits: Limits = Limits(),
     batching: BatchPolicy = BatchPolicy(),
+    device: str = "auto",
 ) -> None:
-    """Load the index and serve it with uvicorn until interrupted."""
+    """Load the index (its query embedder on ``device``) and serve it with uvicorn until interrupted."""
     import uvicorn
 
-    app = create_app(Retriever(index_dir, mode=mode), limits, batching)
+    app = create_app(Retriever(index_dir, mode=mode, device=device), limits, batching)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="how long a request waits for concurrent ones to share its search")
     parser.add_argument("--batch-queries", type=int, default=BatchPolicy.max_queries,
                         help="most queries in one batched search")
+    parser.add_argument("--device", default="auto",
+                        help="where the query embedder runs: auto (CUDA when visible, else CPU), cpu, cuda or cuda:N")
     args = parser.parse_args(argv)
     serve(args.index, mode=args.mode, host=args.host, port=args.port,
-          batching=BatchPolicy(args.batch_wait_ms, args.batch_queries))
+          batching=BatchPolicy(args.batch_wait_ms, args.batch_queries), device=args.device)

@@ -89,6 +89,7 @@ def policy_loss(
     clip_ratio_c: float | None = 3.0,
     num_tokens: float | torch.Tensor | None = None,
     num_seqs: float | torch.Tensor | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate loss (GRPO's policy term).
 
@@ -98,6 +99,8 @@ def policy_loss(
     clip_low / clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
     clip_ratio_c: dual-clip bound (Ye et al., 2020): for negative advantages the loss is capped at
         ``-adv * clip_ratio_c``; ``None`` turns dual-clip off. verl always applies it (default 3.0).
+    is_weights: ``[B, T]`` rollout-correction weights (no grad; ``factrl.rl.correction``) that
+        multiply each token's clipped loss, as verl's ``rollout_is_weights``; None = all 1.
     Returns ``(loss scalar, stats)`` with stats ``clipfrac``, ``clipfrac_lower``, ``ppo_kl``.
     """
     log_ratio = torch.clamp(logp - old_logp, min=-20.0, max=20.0)  # verl's clamp, avoids exp overflow
@@ -118,6 +121,8 @@ def policy_loss(
         clipped = torch.where(adv < 0, dual, clipped)
     else:
         stats["clipfrac_lower"] = 0.0
+    if is_weights is not None:
+        clipped = clipped * is_weights
     loss = agg_loss(clipped, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, stats
 

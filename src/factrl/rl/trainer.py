@@ -1,10 +1,12 @@
-"""The local GRPO trainer: one policy on CPU, the same objective as a verl run.
+"""The local GRPO trainer: one policy on one device (CPU or a GPU), the same objective as a verl run.
 
 :class:`GRPOTrainer` turns a batch of trajectories and their rewards into optimizer updates:
 group-normalised advantages (``advantages``), the clipped policy loss (``losses``) and a KL loss to
 a frozen copy of the initial policy (``kl``), over mini-batches with gradient accumulation over
 micro-batches, AdamW with linear warm-up and gradient-norm clipping, forward/backward under bf16
-autocast where the hardware computes bf16 natively (``cfg.precision``, see ``factrl.hardware``).
+autocast where the hardware computes bf16 natively (``cfg.precision``, see ``factrl.hardware``),
+and truncated importance sampling against the rollout engine's log-probs where the trajectories
+carry them (``cfg.tis_cap``, ``correction``).
 :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
 rollout function, score them with a reward function, step, log a metrics row, checkpoint every
 ``checkpoint_every`` steps. A killed run restarted on the same ``out_dir`` resumes from the newest
@@ -36,9 +38,10 @@ import numpy as np
 import torch
 
 from factrl.config import GRPOParams
-from factrl.hardware import autocast, use_bf16
+from factrl.hardware import autocast, module_bytes, use_bf16
 from factrl.io import atomic_path
 from factrl.rl.advantages import grpo_advantages, token_advantages, uniform_group_rate
+from factrl.rl.correction import add_sums, gap_metrics, gap_sums, tis_weights
 from factrl.rl.kl import kl_penalty
 from factrl.rl.losses import (
     agg_loss,
@@ -65,6 +68,9 @@ class MicroBatch:
     input_ids / attention_mask / position_ids: ``[b, P + T]``.
     responses: ``[b, T]`` response token ids. mask: ``[b, T]`` 1 = trained token.
     advantages: ``[b, T]``. old_logp / ref_logp: ``[b, T]`` once computed (no grad).
+    engine_logp: ``[b, T]`` the rollout engine's log-probs of the response tokens, and engine_mask
+    ``[b, T]`` 1 where one is known and the token is trained (None when no trajectory has them).
+    is_weights: ``[b, T]`` truncated importance weights once computed (no grad).
     """
 
     input_ids: torch.Tensor
@@ -75,6 +81,9 @@ class MicroBatch:
     advantages: torch.Tensor
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    engine_logp: torch.Tensor | None = None
+    engine_mask: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
 
 
 def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int,
@@ -91,6 +100,10 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
             )
         if not t.prompt_ids:
             raise ValueError(f"trajectory {i}: empty prompt_ids")
+        logprobs = getattr(t, "response_logprobs", None)
+        if logprobs is not None and len(logprobs) != len(t.response_ids):
+            raise ValueError(f"trajectory {i}: response_logprobs has {len(logprobs)} entries for "
+                             f"{len(t.response_ids)} response ids")
     p = max(len(t.prompt_ids) for t in trajectories)
     r = max(1, max(len(t.response_ids) for t in trajectories))  # one column even if all are empty
     ids, attn, resp, mask = [], [], [], []
@@ -102,6 +115,13 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
         mask.append([int(m) for m in t.loss_mask] + [0] * (r - lr))
     attention_mask = torch.tensor(attn, device=device)
     mask_t = torch.tensor(mask, dtype=torch.float32, device=device)
+    engine_logp = engine_mask = None
+    logprobs = [getattr(t, "response_logprobs", None) for t in trajectories]
+    if any(lp is not None for lp in logprobs):
+        engine_logp = torch.tensor([list(lp or []) + [0.0] * (r - len(lp or [])) for lp in logprobs],
+                                   dtype=torch.float32, device=device)
+        known = torch.tensor([[lp is not None] for lp in logprobs], dtype=torch.float32, device=device)
+        engine_mask = mask_t * known
     return MicroBatch(
         input_ids=torch.tensor(ids, device=device),
         attention_mask=attention_mask,
@@ -110,6 +130,8 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
         responses=torch.tensor(resp, device=device),
         mask=mask_t,
         advantages=token_advantages(advantages.float().to(device), mask_t),
+        engine_logp=engine_logp,
+        engine_mask=engine_mask,
     )
 
 
@@ -129,7 +151,8 @@ class GRPOTrainer:
 
     ``ref_model`` is the frozen KL reference; by default a copy of ``model`` as given (so build
     the trainer before loading a checkpoint: the reference stays the initial policy). With
-    ``cfg.kl_coef == 0`` no reference is kept.
+    ``cfg.kl_coef == 0`` no reference is kept. Everything runs on the device of ``model``'s
+    weights (``cfg.device`` is resolved by whoever loads the model, see ``factrl.recipes``).
     """
 
     def __init__(self, model, tokenizer, cfg: GRPOParams, ref_model=None):
@@ -155,6 +178,15 @@ class GRPOTrainer:
             self.optimizer, lambda u: min(1.0, (u + 1) / warmup) if warmup > 0 else 1.0
         )
         self.updates = 0
+
+    def memory(self) -> dict[str, int]:
+        """Bytes the trainer keeps on its device for the whole run, by part: the policy's weights,
+        their gradients, AdamW's two moments (allocated at the first update, in the weights'
+        dtype), and the KL reference model (0 with ``kl_coef == 0``). Activations and a rollout
+        engine's copy come on top (see ``GRPOParams.device`` for a 4B model's figures)."""
+        trainable = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        return {"policy": module_bytes(self.model), "gradients": trainable, "optimizer": 2 * trainable,
+                "reference": module_bytes(self.ref_model)}
 
     # ---- one training step ---------------------------------------------------------------
     def _autocast(self):
@@ -214,6 +246,7 @@ class GRPOTrainer:
                             mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
 
         totals: dict[str, float] = {}
+        gap: dict[str, float] = {}  # engine/trainer log-prob gap sums over the step (correction.gap_sums)
         weights = 0.0
         grad_norm = 0.0
         for _ in range(cfg.ppo_epochs):
@@ -226,11 +259,17 @@ class GRPOTrainer:
                 for mb in mbs:
                     logp, entropy = self._logp(self.model, mb, with_entropy=True)
                     old = mb.old_logp if mb.old_logp is not None else logp.detach()
+                    if mb.engine_logp is not None and mb.is_weights is None:
+                        # once per micro-batch, against the policy that sampled (old): the gap is
+                        # measured either way, the weights apply when TIS is on
+                        add_sums(gap, gap_sums(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap))
+                        mb.is_weights = (tis_weights(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap)
+                                         if cfg.tis_cap > 0 else torch.ones_like(old))
                     share = float(mb.mask.sum() / num_tokens) if num_tokens > 0 else 0.0
                     agg_kw = {"num_tokens": num_tokens, "num_seqs": num_seqs}
                     pg, stats = policy_loss(
                         logp, old, mb.advantages, mb.mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
-                        cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, **agg_kw,
+                        cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, is_weights=mb.is_weights, **agg_kw,
                     )
                     loss = pg
                     ent = agg_loss(entropy, mb.mask, cfg.loss_agg, **agg_kw)
@@ -250,6 +289,7 @@ class GRPOTrainer:
                     totals[k] = totals.get(k, 0.0) + v
                 weights += 1
         metrics = {k: v / max(weights, 1) for k, v in totals.items()}
+        metrics.update(gap_metrics(gap))
         lengths = [len(t.response_ids) for t in trajectories]
         trained = [sum(t.loss_mask) for t in trajectories]
         metrics.update(
@@ -314,7 +354,9 @@ class GRPOTrainer:
         Returns the saved state (``step``, ``metrics``, ...). The reference model is untouched.
         """
         path = Path(path)
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        # CPU first, whatever device saved it: the RNG state must be a CPU tensor, and the
+        # optimizer moves its states onto the parameters' device as it loads them
+        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")
         loaded = type(self.model).from_pretrained(path, dtype=next(self.model.parameters()).dtype)
         self.model.load_state_dict(loaded.state_dict())
         del loaded
@@ -335,6 +377,8 @@ def _validate(cfg: GRPOParams) -> None:
         )
     if cfg.temperature <= 0:
         raise ValueError(f"GRPOParams.temperature must be > 0 for training, got {cfg.temperature}")
+    if cfg.tis_cap < 0:
+        raise ValueError(f"GRPOParams.tis_cap must be >= 0 (0 = no correction), got {cfg.tis_cap}")
     if cfg.checkpoint_every < 1 or cfg.keep_checkpoints < 1:
         raise ValueError(
             f"GRPOParams.checkpoint_every ({cfg.checkpoint_every}) and keep_checkpoints "
@@ -478,6 +522,9 @@ def train(
         metrics = trainer.step(trajectories, scores, group_ids)
         t3 = time.perf_counter()
         row = {"step": step + 1, **metrics}
+        if trainer.device.type == "cuda":  # what the step needed at most on the GPU (rollout and update)
+            row["cuda_peak_gib"] = torch.cuda.max_memory_allocated(trainer.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(trainer.device)
         if valid is not None:  # only reward functions that judge format report it
             row["format_valid_rate"] = float(np.mean(valid))
         row.update(part_rates(results))
