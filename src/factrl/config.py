@@ -355,8 +355,10 @@ class TeacherParams:
     """The teacher LLM that answers the sampled questions from gold evidence.
 
     backend: ``server`` (factrl's own OpenAI-compatible server, started inside the stage on a free
-        loopback port, so the HTTP path is the one exercised), ``local`` (in-process LocalLLM) or
-        ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``).
+        loopback port, so the HTTP path is the one exercised), ``local`` (in-process LocalLLM),
+        ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``) or
+        ``world`` (no LLM: the answer is read off the claim's gold chain of demo-world facts,
+        ``factrl.data.world_teacher``; demo-world claims only; the other fields are unused).
     model: model name: an embedded name or HF directory for local/server, the API model otherwise.
     base_url: endpoint of the ``openai`` backend (empty = OpenAI's default URL).
     api_key_env: environment variable holding the API key (never written anywhere).
@@ -366,7 +368,7 @@ class TeacherParams:
         hardware computes it natively), ``bf16`` (fp32 attention) or ``fp32``.
     """
 
-    backend: Literal["server", "local", "openai"] = "server"
+    backend: Literal["server", "local", "openai", "world"] = "server"
     model: str = "smollm2-135m"
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"

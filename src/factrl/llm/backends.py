@@ -49,7 +49,13 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", concurrency: 
 
 
 def open_teacher(params: TeacherParams, concurrency: int = 16):
-    """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``."""
+    """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``; backend
+    ``world`` opens no model (``factrl.data.world_teacher.WorldTeacher`` names the teacher, its
+    answers come from the gold chain)."""
+    if params.backend == "world":
+        from factrl.data.world_teacher import WorldTeacher
+
+        return contextlib.nullcontext(WorldTeacher())
     return open_llm(params.model, params.backend, precision=params.precision, concurrency=concurrency,
                     base_url=params.base_url, api_key_env=params.api_key_env,
                     price_per_mtok=params.price_per_mtok)
