@@ -157,6 +157,12 @@ class GRPOParams:
     checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
     keep_checkpoints: newest checkpoints kept on disk.
     seed: seeds prompt order, sampling and initialisation of everything random.
+    dynamic_sampling: DAPO's dynamic sampling (verl ``algorithm.filter_groups``): groups whose
+        rewards are all equal (zero advantages: no signal) are dropped and more prompts are drawn
+        until the step has ``prompts_per_step`` groups with signal or ``max_sampling_draws`` is
+        reached; the step then trains on the groups kept (no update when none was).
+    max_sampling_draws: with dynamic sampling, at most this many draws of ``prompts_per_step``
+        prompts per step, the first included (verl's ``max_num_gen_batches``).
     """
 
     group_size: int = 5
@@ -185,6 +191,8 @@ class GRPOParams:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
+    dynamic_sampling: bool = False
+    max_sampling_draws: int = 4
 
 
 # --------------------------------------------------------------------------------------------
