@@ -251,12 +251,15 @@ class ReasonTrainParams(AgentTrainParams):
     search_max_new_tokens: tokens L_r generates per turn.
     search_temperature: L_r's sampling temperature (0 = greedy: the environment stays stable
         while H learns).
+    require_question: "ask before you decide" (not in the paper; an ablation): a verdict with no
+        question on a multi-hop claim counts as an invalid format (reward 0).
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
     search_max_turns: int = 2
     search_max_new_tokens: int = 128
     search_temperature: float = 0.0
+    require_question: bool = False
 
 
 @dataclass(frozen=True)
