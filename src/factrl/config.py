@@ -466,6 +466,11 @@ class EvaluateParams:
     """Stage ``evaluate``: accuracy and weighted P/R/F1 per dataset and hop, HARIS against baselines.
 
     sets: the eval sets (see :class:`EvalSetParams`); each is sampled per hop with balanced labels.
+    real_sets: the real claim sets (HOVER, EX-FEVER, CHECKWHY), evaluated only when ``real`` is on or
+        by ``make eval-real`` (``python -m stages.evaluate --real``: these sets alone, into
+        ``metrics/eval_real.json`` and ``reports/eval_real.md``), so a model that cannot pass them
+        costs the demo no time.
+    real: also evaluate ``real_sets`` in the stage (into ``metrics/eval.json`` with ``sets``).
     per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
     seed: seed of the sampling and of the bootstrap.
     systems: which systems run: ``haris`` (once per checkpoint), ``single_agent``, ``rag``,
@@ -485,6 +490,8 @@ class EvaluateParams:
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
+    real_sets: tuple[EvalSetParams, ...] = ()
+    real: bool = False
     per_hop: int = 4
     seed: int = 0
     systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (
