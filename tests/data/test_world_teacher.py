@@ -59,11 +59,13 @@ def test_two_hops_in_one_question_follow_the_chain(claims):
     for c in claims:
         facts = wt.chain_facts(c["hops"])
         for first, second in zip(facts, facts[1:]):
-            q = f"What is the {RELATION[second.relation].noun} of the {RELATION[first.relation].noun} of {first.subject}?"
+            outer, inner = RELATION[second.relation].noun, RELATION[first.relation].noun
+            q = f"What is the {outer} of the {inner} of {first.subject}?"
             assert _answer(c, q) == second.answer, (c["claim"], q)
             checked += 1
     assert checked > 60
-    example = next(c for c in claims if [f.relation for f in wt.chain_facts(c["hops"])][:2] == ["founded_by", "born_in"])
+    example = next(c for c in claims
+                   if [f.relation for f in wt.chain_facts(c["hops"])][:2] == ["founded_by", "born_in"])
     subject = wt.chain_facts(example["hops"])[0].subject
     assert _answer(example, f"Where was the founder of {subject} born?") == example["hops"][1]["answer"]
 

@@ -86,9 +86,10 @@ def test_ask_before_you_decide(response, num_hops, expected):
     assert (r.score, r.format_valid) == expected
     assert r.parts["format"] == float(expected[1]) and r.parts["correct"] == float(expected[0] == 1.0)
     # off (the default): only the paper's format rules
-    assert reasoning_reward(response, "SUPPORTS", num_hops=num_hops).score == reasoning_reward(response, "SUPPORTS").score
+    off = reasoning_reward(response, "SUPPORTS", num_hops=num_hops)
+    assert off.score == reasoning_reward(response, "SUPPORTS").score
     if "question" not in response:
-        assert reasoning_reward(response, "SUPPORTS", num_hops=num_hops).format_valid
+        assert off.format_valid
 
 
 def test_reasoning_reward_rejects_unknown_label():

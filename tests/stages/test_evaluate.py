@@ -108,7 +108,8 @@ def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
     from factrl.data.splits import stratified_split
     from factrl.data.world import generate_claims
 
-    prepare, evaluate = load_section("prepare", repo_root / "params.yaml"), load_section("evaluate", repo_root / "params.yaml")
+    params = repo_root / "params.yaml"
+    prepare, evaluate = load_section("prepare", params), load_section("evaluate", params)
     assert evaluate.per_hop >= 60 and not evaluate.real
     held = stratified_split(generate_claims(prepare.world), prepare.split_fractions, prepare.seed)["eval"]
     counts = {}
