@@ -114,7 +114,17 @@ def test_pseudo_answers_contract(claims):
         wt.WorldTeacher().chat([], None)
 
 
-def test_kind_hints_need_exactly_one_fitting_fact():
+def test_two_readings_with_different_answers_get_none():
+    hops = [{"question": "Where is Orlen Studios headquartered?", "answer": "Tessik", "passage_ids": ["p1"]},
+            {"question": "In which country does Tessik lie?", "answer": "Varnia", "passage_ids": ["p2"]}]
+    assert wt.answer_from_chain(hops, "Where is Orlen Studios?") == "Tessik"
+    assert wt.answer_from_chain(hops, "Where is Tessik?") == "Varnia"
+    assert wt.answer_from_chain(hops, "Where is Orlen Studios, and where is Tessik?") is None
+    # the same answer both ways is no ambiguity
+    assert wt.answer_from_chain(hops, "Is Tessik the home city of Orlen Studios?") == "Tessik"
+
+
+def test_kind_hints_answer_only_a_fact_of_that_kind():
     hops = [{"question": "Who directed Kavelo?", "answer": "Dira Mokat", "passage_ids": ["p1"]},
             {"question": "In which city was Dira Mokat born?", "answer": "Tessik", "passage_ids": ["p2"]}]
     assert wt.answer_from_chain(hops, "Who made Kavelo?") == "Dira Mokat"  # the film's only person fact

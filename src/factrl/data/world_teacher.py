@@ -101,7 +101,7 @@ def _follow(subject: str, cues: set[str], kinds: set[str], facts: Sequence[Fact]
     by_subject: dict[str, list[Fact]] = {}
     for f in facts:
         by_subject.setdefault(f.subject, []).append(f)
-    if not cues:
+    if not cues:  # a chain states at most one fact per subject: the one of the wanted kind, if any
         fitting = [f for f in by_subject.get(subject, []) if RELATION[f.relation].dst in kinds]
         return fitting if len(fitting) == 1 else None
     path, pending, here = [], set(cues), subject
