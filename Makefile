@@ -23,7 +23,7 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo demo-long test test-slow test-gpu bench clean
+.PHONY: setup demo demo-long eval-real test test-slow test-gpu bench clean
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,13 @@ demo-long: setup
 	$(BIN)/dvc repro
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
+
+# The real claim sets (HOVER, EX-FEVER, CHECKWHY from ../shared/data/haris_eval; params evaluate.real_sets)
+# for the checkpoints of evaluate.checkpoints, apart from `make demo`'s budget: `dvc repro` first (a
+# no-op after `make demo`), then metrics/eval_real.json and reports/eval_real.md.
+eval-real: setup
+	$(BIN)/dvc repro
+	$(BIN)/python -m stages.evaluate params.yaml --real
 
 test: setup
 	$(BIN)/python -m pytest

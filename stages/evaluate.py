@@ -1,7 +1,11 @@
 """Stage `evaluate`: HARIS checkpoints against the baselines on every eval set (the paper's Table 1).
 
-Inputs: the eval sets of params `evaluate.sets` (the demo world's data/claims/eval.parquet; the
-HARIS eval files of ../shared/data/haris_eval when present, each searched over its own passages),
+    python -m stages.evaluate [params.yaml]           # the stage: evaluate.sets (+ real_sets if evaluate.real)
+    python -m stages.evaluate [params.yaml] --real    # make eval-real: evaluate.real_sets alone, *_real outputs
+
+Inputs: the eval sets of params `evaluate.sets` (the demo world's data/claims/eval.parquet) and, when
+switched on, `evaluate.real_sets` (the HARIS eval files of ../shared/data/haris_eval when present,
+each searched over its own passages),
 index/ for sets without their own passages, the HARIS checkpoints of `evaluate.checkpoints`.
 Outputs: metrics/eval.json (DVC metrics: dataset -> hop -> system -> metric), reports/eval.md
 (Table 1 layout with the paper's numbers as reference rows), plots/eval/accuracy.png (and
@@ -52,7 +56,16 @@ def resolve_checkpoints(params: EvaluateParams, models: Path = Path("models")) -
     return [("HARIS (base)", params.base_model, params.base_model)]
 
 
-def load_sets(params: EvaluateParams, index_dir: Path = Path("index")) -> tuple[list[runner.EvalSet], list[str]]:
+def chosen_sets(params: EvaluateParams, real_only: bool = False) -> list[tuple[str, EvalSetParams]]:
+    """``(params key, spec)`` of every set to evaluate: ``sets`` (and ``real_sets`` when ``real`` is
+    on), or ``real_sets`` alone for ``make eval-real``."""
+    demo = [] if real_only else [(f"evaluate.sets[{i}]", s) for i, s in enumerate(params.sets)]
+    real = [(f"evaluate.real_sets[{i}]", s) for i, s in enumerate(params.real_sets)] if real_only or params.real else []
+    return demo + real
+
+
+def load_sets(params: EvaluateParams, index_dir: Path = Path("index"), real_only: bool = False
+              ) -> tuple[list[runner.EvalSet], list[str]]:
     """The eval sets with their retrievers, and a note per skipped optional set."""
     from factrl.data.sources import load_hub_claims, read_claims
     from factrl.llm.models import cache_dir
@@ -70,8 +83,8 @@ def load_sets(params: EvaluateParams, index_dir: Path = Path("index")) -> tuple[
                 retrievers[key] = Retriever(index_dir, mode=params.retrieval_mode)
         return retrievers[key]
 
-    for i, spec in enumerate(params.sets):
-        where = f"params.yaml: evaluate.sets[{i}] ({spec.name})"
+    for key, spec in chosen_sets(params, real_only):
+        where = f"params.yaml: {key} ({spec.name})"
         if bool(spec.path) == bool(spec.hub):
             raise ValueError(f"{where}: set exactly one of path and hub")
         missing = [p for p in (spec.path, spec.passages) if p and not Path(p).exists()]
@@ -104,10 +117,15 @@ def reward_points(train_dir: Path = TRAIN_METRICS) -> list[dict]:
     return points
 
 
-def main(params_file: str = "params.yaml", *, llm_loader: Callable[[str], Any] | None = None) -> dict:
+def main(params_file: str = "params.yaml", *, real_only: bool = False,
+         llm_loader: Callable[[str], Any] | None = None) -> dict:
+    """The stage (``sets``, plus ``real_sets`` when ``real`` is on); ``real_only``: ``make eval-real``,
+    the ``real_sets`` alone into outputs of their own (``*_real``), beside the stage's."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     params: EvaluateParams = load_section("evaluate", params_file)
-    sets, skipped = load_sets(params)
+    sets, skipped = load_sets(params, real_only=real_only)
+    if not sets:
+        raise FileNotFoundError("evaluate: no eval set to run" + (f" ({'; '.join(skipped)})" if skipped else ""))
     checkpoints = resolve_checkpoints(params)
     device = resolve_device(params.device, key="evaluate.device")
     systems = runner.build_systems(params.systems, checkpoints, params.base_model,
@@ -126,9 +144,11 @@ def main(params_file: str = "params.yaml", *, llm_loader: Callable[[str], Any] |
         f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
         f"wall time: {sum(result.seconds.values()):.0f} s",
     ]
-    written = runner.write_outputs(result, metrics_path=Path("metrics/eval.json"),
-                                   report_path=Path("reports/eval.md"), plots_dir=Path("plots/eval"),
-                                   traces_path=Path("reports/traces.html"), title="Evaluation",
+    tag = "_real" if real_only else ""
+    written = runner.write_outputs(result, metrics_path=Path(f"metrics/eval{tag}.json"),
+                                   report_path=Path(f"reports/eval{tag}.md"), plots_dir=Path(f"plots/eval{tag}"),
+                                   traces_path=Path(f"reports/traces{tag}.html"),
+                                   title="Evaluation on the real claim sets" if real_only else "Evaluation",
                                    notes=notes, reward_points=reward_points())
     for kind, path in written.items():
         print(f"evaluate: {kind} -> {path}")
@@ -136,4 +156,5 @@ def main(params_file: str = "params.yaml", *, llm_loader: Callable[[str], Any] |
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    args = [a for a in sys.argv[1:] if a != "--real"]
+    main(*args[:1], real_only="--real" in sys.argv)

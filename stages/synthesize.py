@@ -16,6 +16,8 @@ so a resumed run asks the teacher exactly the same questions.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from factrl.config import RoundParams, SynthesizeParams, load_section
+from factrl.config import RoundParams, SynthesizeParams, TeacherParams, load_section
 from factrl.data import synthesis
 from factrl.data.schemas import CLAIMS, QA_PAIRS, validate
 from factrl.io import write_json, write_parquet
@@ -101,6 +103,20 @@ def cached_rollouts(claims: list[dict], rollout_fn: RolloutFn, path: Path) -> li
 # --------------------------------------------------------------------------------------------
 
 
+def teacher_answer_fn(teacher: TeacherParams, p_hash: str | None = None) -> tuple[Callable, type, str]:
+    """``(answer_fn, answer_type, prompt_hash)`` of the teacher backend: the world teacher reads the
+    gold chain (``world_teacher.pseudo_answers``); an LLM teacher answers the pseudo-QA signature."""
+    from factrl.llm import signatures
+
+    if teacher.backend == "world":
+        from factrl.data import world_teacher
+
+        return world_teacher.pseudo_answers, signatures.PseudoAnswer, p_hash or world_teacher.prompt_hash()
+    answer_fn = functools.partial(signatures.pseudo_answers, params=dataclasses.replace(
+        signatures.PSEUDO_QA_PARAMS, max_tokens=teacher.max_tokens))
+    return answer_fn, signatures.PseudoAnswer, p_hash or pseudo_qa_prompt_hash()
+
+
 def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParams, *, rollout_fn: RolloutFn,
                      teacher, agent_checkpoint: str, passages: dict[str, str], work_dir: Path,
                      cache_path: Path, answer_fn=None, answer_type=None, p_hash: str | None = None
@@ -114,16 +130,9 @@ def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParam
     questions_asked = cached_rollouts(records, rollout_fn, work_dir / f"rollouts-{key.hexdigest()[:20]}.json")
     picked = synthesis.sample_questions([r["id"] for r in records], questions_asked, rnd.questions, params.seed)
     work, unasked = synthesis.build_items(records, picked, passages)
-    p_hash = p_hash or pseudo_qa_prompt_hash()
     if answer_fn is None:
-        import dataclasses
-        import functools
-
-        from factrl.llm import signatures
-
-        answer_fn = functools.partial(signatures.pseudo_answers, params=dataclasses.replace(
-            signatures.PSEUDO_QA_PARAMS, max_tokens=params.teacher.max_tokens))
-        answer_type = signatures.PseudoAnswer
+        answer_fn, answer_type, p_hash = teacher_answer_fn(params.teacher, p_hash)
+    p_hash = p_hash or pseudo_qa_prompt_hash()
     answers, usage = run_teacher(
         [w["item"] for w in work], teacher, prompt_hash=p_hash, cache_path=cache_path,
         checkpoint_dir=work_dir / "teacher", batch_size=params.batch_size, concurrency=params.concurrency,

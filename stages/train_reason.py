@@ -41,7 +41,8 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
 
         def make_fns(policy):
-            return haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params), haris_rounds.reasoning_reward_fn()
+            return (haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params),
+                    haris_rounds.reasoning_reward_fn(require_question=params.require_question))
 
         return haris_rounds.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,

@@ -186,6 +186,12 @@ class GRPOParams:
     checkpoint_every: write a resumable checkpoint every this many steps (and at the end).
     keep_checkpoints: newest checkpoints kept on disk.
     seed: seeds prompt order, sampling and initialisation of everything random.
+    dynamic_sampling: DAPO's dynamic sampling (verl ``algorithm.filter_groups``): groups whose
+        rewards are all equal (zero advantages: no signal) are dropped and more prompts are drawn
+        until the step has ``prompts_per_step`` groups with signal or ``max_sampling_draws`` is
+        reached; the step then trains on the groups kept (no update when none was).
+    max_sampling_draws: with dynamic sampling, at most this many draws of ``prompts_per_step``
+        prompts per step, the first included (verl's ``max_num_gen_batches``).
     """
 
     group_size: int = 5
@@ -216,6 +222,8 @@ class GRPOParams:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
+    dynamic_sampling: bool = False
+    max_sampling_draws: int = 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,12 +282,15 @@ class ReasonTrainParams(AgentTrainParams):
     search_max_new_tokens: tokens L_r generates per turn.
     search_temperature: L_r's sampling temperature (0 = greedy: the environment stays stable
         while H learns).
+    require_question: "ask before you decide" (not in the paper; an ablation): a verdict with no
+        question on a multi-hop claim counts as an invalid format (reward 0).
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
     search_max_turns: int = 2
     search_max_new_tokens: int = 128
     search_temperature: float = 0.0
+    require_question: bool = False
 
 
 @dataclass(frozen=True)
@@ -386,8 +397,10 @@ class TeacherParams:
     """The teacher LLM that answers the sampled questions from gold evidence.
 
     backend: ``server`` (factrl's own OpenAI-compatible server, started inside the stage on a free
-        loopback port, so the HTTP path is the one exercised), ``local`` (in-process LocalLLM) or
-        ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``).
+        loopback port, so the HTTP path is the one exercised), ``local`` (in-process LocalLLM),
+        ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``) or
+        ``world`` (no LLM: the answer is read off the claim's gold chain of demo-world facts,
+        ``factrl.data.world_teacher``; demo-world claims only; the other fields are unused).
     model: model name: an embedded name or HF directory for local/server, the API model otherwise.
     base_url: endpoint of the ``openai`` backend (empty = OpenAI's default URL).
     api_key_env: environment variable holding the API key (never written anywhere).
@@ -398,7 +411,7 @@ class TeacherParams:
     device: where the local model runs (local/server backends): ``auto``, ``cpu``, ``cuda[:n]``.
     """
 
-    backend: Literal["server", "local", "openai"] = "server"
+    backend: Literal["server", "local", "openai", "world"] = "server"
     model: str = "smollm2-135m"
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -489,6 +502,11 @@ class EvaluateParams:
     """Stage ``evaluate``: accuracy and weighted P/R/F1 per dataset and hop, HARIS against baselines.
 
     sets: the eval sets (see :class:`EvalSetParams`); each is sampled per hop with balanced labels.
+    real_sets: the real claim sets (HOVER, EX-FEVER, CHECKWHY), evaluated only when ``real`` is on or
+        by ``make eval-real`` (``python -m stages.evaluate --real``: these sets alone, into
+        ``metrics/eval_real.json`` and ``reports/eval_real.md``), so a model that cannot pass them
+        costs the demo no time.
+    real: also evaluate ``real_sets`` in the stage (into ``metrics/eval.json`` with ``sets``).
     per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
     seed: seed of the sampling and of the bootstrap.
     systems: which systems run: ``haris`` (once per checkpoint), ``single_agent``, ``rag``,
@@ -509,6 +527,8 @@ class EvaluateParams:
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
+    real_sets: tuple[EvalSetParams, ...] = ()
+    real: bool = False
     per_hop: int = 4
     seed: int = 0
     systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (

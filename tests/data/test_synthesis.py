@@ -55,7 +55,9 @@ def test_assemble_filters_none_records_failures_and_provenance():
     claims = [claim(0, hops), claim(1), claim(2), claim(3)]
     work, unasked = synthesis.build_items(claims, ["who founded kalo works", "Q1?", "Q2?", None], None)
     assert [w["item"]["question"] for w in work] == ["who founded kalo works", "Q1?", "Q2?"]
-    assert set(work[0]["item"]) == {"claim", "label", "evidence", "question"}
+    # the gold chain goes with the item where the claim has one (what the world teacher reads)
+    assert set(work[0]["item"]) == {"claim", "label", "evidence", "question", "hops"}
+    assert set(work[1]["item"]) == {"claim", "label", "evidence", "question"}
     answers = [Answer("r", "It was Mira Tosh.", True, None, ""), Answer("r", None, True, None, "None"),
                Answer(None, None, False, "unparseable after 2 retries", "garbage")]
     prov = synthesis.Provenance(2, "models/reason_1", "teacher-x", "abc123")

@@ -65,6 +65,33 @@ def test_reasoning_reward_invalid_format_is_zero_even_if_verdict_right(response)
     assert (r.score, r.format_valid) == (0.0, False)
 
 
+GUESS = "<think>The claim sounds right.</think><verification>\\boxed{{{verdict}}}</verification>"
+
+
+@pytest.mark.parametrize(
+    ("response", "num_hops", "expected"),
+    [
+        (GUESS.format(verdict="Support"), 2, (0.0, False)),  # right verdict, nothing asked: invalid
+        (GUESS.format(verdict="Refute"), 4, (0.0, False)),  # wrong verdict, nothing asked: 0, not 0.1
+        (REASONING_OK.format(verdict="Support"), 2, (1.0, True)),  # asked, then decided
+        (REASONING_OK.format(verdict="Refute"), 3, (0.1, True)),
+        (GUESS.format(verdict="Support"), 1, (1.0, True)),  # a one-hop claim may be decided directly
+        (GUESS.format(verdict="Support"), None, (1.0, True)),  # hop count unknown: no rule
+        ("<think>x</think><question>Who?</question><verification>\\boxed{Support}</verification>", 2,
+         (0.0, False)),  # a question without its result stays invalid
+    ],
+)
+def test_ask_before_you_decide(response, num_hops, expected):
+    r = reasoning_reward(response, "SUPPORTS", num_hops=num_hops, require_question=True)
+    assert (r.score, r.format_valid) == expected
+    assert r.parts["format"] == float(expected[1]) and r.parts["correct"] == float(expected[0] == 1.0)
+    # off (the default): only the paper's format rules
+    off = reasoning_reward(response, "SUPPORTS", num_hops=num_hops)
+    assert off.score == reasoning_reward(response, "SUPPORTS").score
+    if "question" not in response:
+        assert off.format_valid
+
+
 def test_reasoning_reward_rejects_unknown_label():
     with pytest.raises(ValueError, match="unknown gold label"):
         reasoning_reward(REASONING_OK.format(verdict="Support"), "MAYBE")

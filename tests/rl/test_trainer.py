@@ -17,8 +17,9 @@ from factrl.config import GRPOParams
 from factrl.rewards.haris import reasoning_reward
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
-from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, part_rates, response_logits, step_prompts
-from tests.rl.tiny import TINY_CFG, make_rollout_fn, run, tiny_model
+from factrl.rl.trainer import (GRPOTrainer, checkpoints, collate, draw_prompts, part_rates, response_logits,
+                               sample_step, step_prompts, train)
+from tests.rl.tiny import DYNAMIC_CFG, TINY_CFG, make_rollout_fn, parity_reward, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = {"rollout_time", "reward_time", "train_time", "step_time"}
@@ -192,16 +193,19 @@ def _weights(out_dir):
     return load_file(str(checkpoints(Path(out_dir) / "checkpoints")[-1] / "model.safetensors"))
 
 
-def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "dynamic_sampling"])
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, dynamic):
     straight = tmp_path / "straight"
-    rows = run(str(straight))
+    rows = run(str(straight), cfg=DYNAMIC_CFG, reward_fn=parity_reward) if dynamic else run(str(straight))
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(0.0 <= r["uniform_group_rate"] <= 1.0 for r in rows)
     assert [p.name for p in checkpoints(straight / "checkpoints")] == ["step-000002", "step-000004"]
+    if dynamic:  # the run did draw again after dropping groups, or the resume check proves little
+        assert max(r["sampling_draws"] for r in rows) > 1 and max(r["uniform_group_rate"] for r in rows) > 0
 
     killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "tests.rl.tiny", str(killed)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}  # this checkout's code
+    cmd = [sys.executable, "-m", "tests.rl.tiny", str(killed)] + (["--dynamic"] if dynamic else [])
     first = subprocess.run([*cmd, "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == -9, first.stderr[-2000:]  # SIGKILL after step 3, checkpoint at 2
     assert len(_rows(killed / "metrics.csv")) == 3
@@ -235,3 +239,73 @@ def test_real_smollm2_one_step():
     assert metrics["kl"] == 0.0 and metrics["grad_norm"] > 0 and metrics["response_length"] > 0
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert not torch.equal(before, model.model.layers[0].mlp.up_proj.weight)
+
+
+# ---- dynamic sampling (DAPO; verl algorithm.filter_groups) ------------------------------------
+
+
+def _controlled(prompts_mixed: list[bool]):
+    """Prompts whose groups are mixed (rewards 0, 1, 0, ...) or uniform (all 0.5), by design, and a
+    rollout function that records which prompts each call drew."""
+    prompts = [{"id": i, "mixed": m} for i, m in enumerate(prompts_mixed)]
+    calls: list[list[int]] = []
+
+    def rollout(items, n):
+        calls.append([it["id"] for it in items])
+        return [Traj([1, 2, 3], [10 + it["id"], 20 + j], [1, 1]) for it in items for j in range(n)]
+
+    def reward(items, trajectories):
+        return [float(j % 2) if it["mixed"] else 0.5 for j, it in enumerate(items)]
+
+    return prompts, rollout, reward, calls
+
+
+def test_dynamic_sampling_keeps_only_mixed_groups_until_the_batch_is_full():
+    prompts, rollout, reward, calls = _controlled([i % 3 == 0 for i in range(12)])  # 4 of 12 mixed
+    cfg = _cfg(group_size=2, prompts_per_step=3, dynamic_sampling=True, max_sampling_draws=10)
+    batch = sample_step(cfg, prompts, rollout, reward, step=0)
+    kept_prompts = {batch.group_ids[i] for i in batch.kept}
+    drawn = [p for call in calls for p in call]
+    assert len(batch.kept) == 3 * 2 and len(kept_prompts) == 3  # exactly prompts_per_step groups
+    assert all(prompts[drawn[g]]["mixed"] for g in kept_prompts)  # group g is the g-th prompt drawn
+    assert batch.draws == len(calls) > 1  # it drew again, and stopped once the batch was full
+    mixed_before_last = sum(prompts[p]["mixed"] for call in calls[:-1] for p in call)
+    assert mixed_before_last < 3 <= mixed_before_last + sum(prompts[p]["mixed"] for p in calls[-1])
+    assert len(set(drawn)) == len(drawn)  # later draws take prompts the step has not drawn yet
+    again = sample_step(cfg, prompts, rollout, reward, step=0)
+    assert again.kept == batch.kept and calls[-batch.draws:] == calls[:batch.draws]  # (seed, step, draw)
+    # off: one draw, every group trained on, uniform or not
+    plain = sample_step(replace(cfg, dynamic_sampling=False), prompts, rollout, reward, step=0)
+    assert plain.draws == 1 and len(plain.kept) == len(plain.trajectories) == 6
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_it_kept(tok, tiny, tmp_path):
+    prompts, rollout, reward, calls = _controlled([i == 5 for i in range(8)])  # one mixed prompt
+    cfg = _cfg(group_size=2, prompts_per_step=2, steps=1, dynamic_sampling=True, max_sampling_draws=4,
+               checkpoint_every=1)
+    [row] = train(GRPOTrainer(tiny, tok, cfg), prompts, rollout, reward, tmp_path / "one")
+    assert len(calls) == 4 and row["sampling_draws"] == 4  # all 8 prompts drawn, the cap reached
+    assert row["kept_groups"] == 1 and row["updates"] == 1  # the one mixed group was trained on
+    assert row["uniform_group_rate"] == pytest.approx(7 / 8)  # among all groups drawn
+    assert row["reward_mean"] == pytest.approx((7 * 2 * 0.5 + 1) / 16)  # over every drawn trajectory
+
+
+def test_dynamic_sampling_with_no_mixed_group_skips_the_update_but_logs_the_step(tok, tiny, tmp_path):
+    prompts, rollout, reward, calls = _controlled([False] * 6)
+    cfg = _cfg(group_size=2, prompts_per_step=2, steps=2, dynamic_sampling=True, max_sampling_draws=2,
+               checkpoint_every=1)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    rows = train(GRPOTrainer(tiny, tok, cfg), prompts, rollout, reward, tmp_path / "none")
+    assert [r["step"] for r in rows] == [1, 2] and len(calls) == 4
+    assert all(r["kept_groups"] == 0 and r["updates"] == 0 and r["uniform_group_rate"] == 1.0 for r in rows)
+    assert all(torch.equal(v, before[k]) for k, v in tiny.state_dict().items())
+    assert _rows(tmp_path / "none" / "metrics.csv")[1]["kept_groups"] == "0.0"
+
+
+def test_draws_are_functions_of_seed_step_and_draw():
+    assert draw_prompts(10, 3, 1, 4, 0) == step_prompts(10, 3, 1, 4)
+    assert draw_prompts(10, 3, 1, 4, 2, {1, 2}) == draw_prompts(10, 3, 1, 4, 2, {1, 2})
+    assert draw_prompts(10, 3, 1, 4, 1) != draw_prompts(10, 3, 1, 4, 2)
+    assert not {1, 2} & set(draw_prompts(10, 8, 1, 4, 1, {1, 2}))
+    short = draw_prompts(3, 5, 0, 0, 1)  # fewer prompts than a draw needs: each once, then again
+    assert len(short) == 5 and set(short[:3]) == {0, 1, 2} and short[3:] == short[:2]

@@ -1,8 +1,9 @@
 """A tiny random Llama with the SmolLM2 tokenizer, and a complete GRPO run on it.
 
 Used by the trainer tests in-process and, for the kill/resume test, as a script:
-``python -m tests.rl.tiny OUT_DIR [KILL_AFTER_STEP]`` trains and, when asked, SIGKILLs itself
-right after that step (before any checkpoint of it), as a crash would.
+``python -m tests.rl.tiny OUT_DIR [KILL_AFTER_STEP] [--dynamic]`` trains and, when asked, SIGKILLs
+itself right after that step (before any checkpoint of it), as a crash would; ``--dynamic`` runs
+:data:`DYNAMIC_CFG` (dynamic sampling) with :func:`parity_reward`, whose groups are often uniform.
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ def checksum_reward(items, trajectories) -> list[float]:
     return [(sum(t.response_ids) % 101) / 101 for t in trajectories]
 
 
+def parity_reward(items, trajectories) -> list[float]:
+    """0 or 1 by the parity of the token-id sum: a group of 2 is uniform about half the time, so
+    dynamic sampling drops groups and draws again."""
+    return [float(sum(t.response_ids) % 2) for t in trajectories]
+
+
+# dynamic sampling with a cap that some steps reach (prompts_per_step 2 of 4 prompts, 3 draws)
+DYNAMIC_CFG = replace(TINY_CFG, dynamic_sampling=True, max_sampling_draws=3)
+
+
 def make_rollout_fn(model, tok, cfg: GRPOParams):
     llm = LocalLLM(model_obj=model, tokenizer=tok, precision=cfg.precision)
     params = RolloutParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
@@ -60,7 +71,8 @@ def make_rollout_fn(model, tok, cfg: GRPOParams):
     return rollout
 
 
-def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG) -> list[dict]:
+def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG, reward_fn=checksum_reward
+        ) -> list[dict]:
     tok = tokenizer()
     model = tiny_model(tok)
     trainer = GRPOTrainer(model, tok, cfg)
@@ -69,8 +81,11 @@ def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG)
         if kill_after is not None and row["step"] == kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return train(trainer, PROMPTS, make_rollout_fn(model, tok, cfg), checksum_reward, out_dir, on_step=on_step)
+    return train(trainer, PROMPTS, make_rollout_fn(model, tok, cfg), reward_fn, out_dir, on_step=on_step)
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None, replace(TINY_CFG))
+    args = [a for a in sys.argv[1:] if a != "--dynamic"]
+    dynamic = "--dynamic" in sys.argv
+    run(args[0], int(args[1]) if len(args) > 1 else None, DYNAMIC_CFG if dynamic else replace(TINY_CFG),
+        parity_reward if dynamic else checksum_reward)

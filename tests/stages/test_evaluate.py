@@ -79,6 +79,45 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
     assert set(out) == {"metrics", "accuracy_plot", "reward_plot", "report", "traces"}
 
 
+def test_real_sets_run_only_when_switched_on_or_alone_into_their_own_outputs(tiny_world):
+    """`make demo` scores `sets`; `real_sets` join them with `real: true`, or run alone (make eval-real)
+    into metrics/eval_real.json and reports/eval_real.md, leaving the stage's outputs alone."""
+    evaluate = {"sets": [{"name": "demo", "path": "data/claims/eval.parquet"}],
+                "real_sets": [{"name": "real_a", "path": "data/claims/dev.parquet"},
+                              {"name": "real_b", "path": "absent/real_b.jsonl", "optional": True}],
+                "per_hop": 2, "systems": ["haris"], "retrieval_mode": "bm25", "n_boot": 20, "trace_claims": 1}
+    _write_params(tiny_world / "params.yaml", evaluate)
+    llm = lambda spec: ScriptedLLM()  # noqa: E731
+    stage.main("params.yaml", llm_loader=llm)
+    assert set(json.loads((tiny_world / "metrics" / "eval.json").read_text())) == {"demo"}
+    stage.main("params.yaml", real_only=True, llm_loader=llm)
+    assert set(json.loads((tiny_world / "metrics" / "eval_real.json").read_text())) == {"real_a"}
+    assert set(json.loads((tiny_world / "metrics" / "eval.json").read_text())) == {"demo"}  # untouched
+    md = (tiny_world / "reports" / "eval_real.md").read_text()
+    assert "real_b: skipped" in md and (tiny_world / "plots" / "eval_real" / "accuracy.png").exists()
+    _write_params(tiny_world / "params.yaml", evaluate | {"real": True})
+    stage.main("params.yaml", llm_loader=llm)
+    assert set(json.loads((tiny_world / "metrics" / "eval.json").read_text())) == {"demo", "real_a"}
+    _write_params(tiny_world / "params.yaml", evaluate | {"real_sets": [{"name": "x", "path": "nope.jsonl"}]})
+    with pytest.raises(FileNotFoundError, match=r"evaluate.real_sets\[0\] \(x\): nope.jsonl does not exist"):
+        stage.main("params.yaml", real_only=True, llm_loader=llm)
+
+
+def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
+    """params.yaml's world and split leave evaluate.per_hop claims per hop setting, half per label."""
+    from factrl.data.splits import stratified_split
+    from factrl.data.world import generate_claims
+
+    params = repo_root / "params.yaml"
+    prepare, evaluate = load_section("prepare", params), load_section("evaluate", params)
+    assert evaluate.per_hop >= 60 and not evaluate.real
+    held = stratified_split(generate_claims(prepare.world), prepare.split_fractions, prepare.seed)["eval"]
+    counts = {}
+    for hops, label in zip(held.column("num_hops").to_pylist(), held.column("label").to_pylist()):
+        counts[(hops, label)] = counts.get((hops, label), 0) + 1
+    assert counts == {(h, lab): evaluate.per_hop // 2 for h in prepare.world.hops for lab in ("SUPPORTS", "REFUTES")}
+
+
 def test_reward_points_from_training_metrics(tmp_path):
     (tmp_path / "search_2").mkdir()
     (tmp_path / "search_2" / "metrics.csv").write_text("step,reward_mean\n1,0.1\n2,0.3\n")

@@ -24,7 +24,7 @@ from stages import synthesize as stage
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=180):  # 30 s is too short on 2 busy cores
         yield
 
 
@@ -174,3 +174,35 @@ def test_round_chain_and_limit(claims):
     assert small.num_rows == 8
     labels = small.column("label").to_pylist()
     assert labels.count("SUPPORTS") == labels.count("REFUTES") == 4
+
+
+def test_world_teacher_backend_answers_from_the_gold_chain(claims, tmp_path):
+    """`teacher.backend: world` through the same fan-out: right answers for the chain's questions in
+    the agent's wordings, None for questions about nothing in the chain, both in the summary."""
+    from factrl.config import TeacherParams
+    from factrl.llm.backends import open_teacher
+
+    def asking(rows):
+        out = []
+        for c in rows:
+            n = int(c["id"][-3:])
+            hop = c["hops"][n % len(c["hops"])]
+            name = hop["question"].split(" ")[-1].rstrip("?")  # a one-word subject, or the template
+            out.append(["Is legend of earth the same as demon wanderers?"] if n % 4 == 0
+                       else [hop["question"] if n % 2 else f"Tell me who or what is behind {name}, please"])
+        return out
+
+    params = SynthesizeParams(teacher=TeacherParams(backend="world"), batch_size=4, concurrency=2, retries=0, seed=3)
+    with open_teacher(params.teacher) as teacher:
+        qa, rejected, summary = stage.synthesize_round(
+            claims, RoundParams(id=1, prev=0, segment="all", questions="first"), params, rollout_fn=asking,
+            teacher=teacher, agent_checkpoint="models/reason_0", passages={}, work_dir=tmp_path / "w",
+            cache_path=tmp_path / "w" / "cache.sqlite")
+    rows = qa.to_pylist()
+    assert rows and all(r["answer"] == r["gold_answer"] for r in rows)
+    assert summary["teacher_model"] == "world-chain" and summary["teacher_backend"] == "world"
+    assert summary["gold_answer_accuracy"] == 1.0 and summary["teacher_errors"] == 0
+    nones = [r for r in rejected.to_pylist() if r["reason"] == "none"]
+    assert any("legend of earth" in r["question"] for r in nones)
+    assert summary["none_rate"] == pytest.approx(len(nones) / summary["questions"])
+    assert summary["usage"]["teacher_calls"] == 0  # nothing generated

@@ -228,6 +228,11 @@ def test_reward_functions_score_by_name():
                          T("<think>x</think><verification>\\boxed{Support}</verification>"),
                          T("no tags at all")])
     assert [r.score for r in out] == [1.0, 0.1, 0.0]
+    # "ask before you decide": the same verdicts without a question on 2-hop claims are invalid
+    asking = haris_rounds.reasoning_reward_fn(require_question=True)
+    out = asking([dict(it, num_hops=2) for it in items[:2]],
+                 [T("<think>x</think><verification>\\boxed{Support}</verification>")] * 2)
+    assert [r.score for r in out] == [0.0, 0.0]
     search = haris_rounds.search_reward_fn(make_judge("rule", threshold=0.8))
     items = [{"question": "Who founded Orlen?", "answer": "Ilse Parrow"}] * 3
     out = search(items, [T("<think>a</think><search>Orlen</search><result>r</result><report>Ilse Parrow founded it.</report>"),

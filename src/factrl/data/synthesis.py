@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from factrl.data import world_teacher
 from factrl.data.schemas import QA_PAIRS
 
 QUESTION_MODES = ("first", "all")
@@ -98,19 +99,29 @@ def _norm(text: str) -> str:
 
 
 def gold_answer(claim: Mapping[str, Any], question: str | None) -> str | None:
-    """The known answer of ``question`` when it is one of the claim's gold hop questions."""
+    """The known answer of ``question``: the answer of the claim's gold hop question it is, else
+    (demo-world claims) the answer the gold chain gives when the question asks about one of its
+    facts in other words (``world_teacher.answer_from_chain``); None when unknown."""
     if not question:
         return None
     wanted = _norm(question)
-    for hop in claim.get("hops") or []:
-        if hop and hop.get("question") and _norm(hop["question"]) == wanted:
+    hops = [h for h in claim.get("hops") or [] if h and h.get("question")]
+    for hop in hops:
+        if _norm(hop["question"]) == wanted:
             return hop.get("answer")
-    return None
+    try:
+        return world_teacher.answer_from_chain(hops, question)
+    except ValueError:  # hops that are not demo-world sub-questions: no chain to read
+        return None
 
 
 def teacher_item(claim: Mapping[str, Any], question: str, evidence: list[str]) -> dict:
-    """The input of ``factrl.llm.signatures.pseudo_answers`` (keys claim, label, evidence, question)."""
-    return {"claim": claim["claim"], "label": claim["label"], "evidence": evidence, "question": question}
+    """The input of a teacher's ``answer_fn`` (keys claim, label, evidence, question; and hops, the
+    gold chain, for claims that have one: what the world teacher reads)."""
+    item = {"claim": claim["claim"], "label": claim["label"], "evidence": evidence, "question": question}
+    if claim.get("hops"):
+        item["hops"] = [dict(h) for h in claim["hops"]]
+    return item
 
 
 def item_key(item: Mapping[str, Any]) -> str:

@@ -76,20 +76,31 @@ class Relation:
     noun: str  # "the <noun> of X" describes the target of X without naming it
     predicate: str  # "X <predicate> Y." states the edge
     question: str  # self-contained sub-question about ``{x}``
+    # word beginnings that name this relation in a free-form question ("director", "directed"):
+    # how the world teacher (factrl.data.world_teacher) tells which fact a question asks for
+    cues: tuple[str, ...] = ()
 
 
 RELATIONS = (
-    Relation("born_in", "person", "city", "birthplace", "was born in", "In which city was {x} born?"),
-    Relation("located_in", "city", "country", "country", "lies in", "In which country does {x} lie?"),
-    Relation("founded_by", "company", "person", "founder", "was founded by", "Who founded {x}?"),
+    Relation("born_in", "person", "city", "birthplace", "was born in", "In which city was {x} born?",
+             ("born", "birth", "native")),
+    Relation("located_in", "city", "country", "country", "lies in", "In which country does {x} lie?",
+             ("countr", "lie", "nation")),
+    Relation("founded_by", "company", "person", "founder", "was founded by", "Who founded {x}?",
+             ("found", "establish")),
     Relation(
-        "headquartered_in", "company", "city", "home city", "is headquartered in", "Where is {x} headquartered?"
+        "headquartered_in", "company", "city", "home city", "is headquartered in", "Where is {x} headquartered?",
+        ("headquarter", "hq", "home city", "based", "head office"),
     ),
-    Relation("directed_by", "film", "person", "director", "was directed by", "Who directed {x}?"),
-    Relation("produced_by", "film", "company", "producer", "was produced by", "Which company produced {x}?"),
-    Relation("soundtrack", "film", "album", "soundtrack", "has as its soundtrack", "What is the soundtrack of {x}?"),
-    Relation("recorded_by", "album", "person", "performer", "was recorded by", "Who recorded {x}?"),
-    Relation("developed_by", "game", "company", "developer", "was developed by", "Which company developed {x}?"),
+    Relation("directed_by", "film", "person", "director", "was directed by", "Who directed {x}?", ("direct",)),
+    Relation("produced_by", "film", "company", "producer", "was produced by", "Which company produced {x}?",
+             ("produc",)),
+    Relation("soundtrack", "film", "album", "soundtrack", "has as its soundtrack", "What is the soundtrack of {x}?",
+             ("soundtrack",)),
+    Relation("recorded_by", "album", "person", "performer", "was recorded by", "Who recorded {x}?",
+             ("record", "perform", "sang", "sung", "sing", "artist", "musician")),
+    Relation("developed_by", "game", "company", "developer", "was developed by", "Which company developed {x}?",
+             ("develop",)),
 )
 RELATION = {r.name: r for r in RELATIONS}
 

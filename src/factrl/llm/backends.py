@@ -49,7 +49,13 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", device: str =
 
 
 def open_teacher(params: TeacherParams, concurrency: int = 16):
-    """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``."""
+    """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``; backend
+    ``world`` opens no model (``factrl.data.world_teacher.WorldTeacher`` names the teacher, its
+    answers come from the gold chain)."""
+    if params.backend == "world":
+        from factrl.data.world_teacher import WorldTeacher
+
+        return contextlib.nullcontext(WorldTeacher())
     device = params.device
     if params.backend != "openai":  # a local model: check its device here, where the params key is known
         from factrl.hardware import resolve_device

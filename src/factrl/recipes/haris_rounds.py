@@ -54,8 +54,8 @@ def search_items(qa: pa.Table) -> list[dict]:
 
 
 def reasoning_items(claims: pa.Table) -> list[dict]:
-    """The reasoning agent's prompts: one per claim (``id``, ``claim``, ``label``)."""
-    return claims.select(["id", "claim", "label"]).to_pylist()
+    """The reasoning agent's prompts: one per claim (``id``, ``claim``, ``label``, ``num_hops``)."""
+    return claims.select(["id", "claim", "label", "num_hops"]).to_pylist()
 
 
 def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]:
@@ -138,12 +138,14 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
     return rollout
 
 
-def reasoning_reward_fn(reward: str = "haris_reasoning") -> Callable:
-    """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels."""
+def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: bool = False) -> Callable:
+    """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
+    ``require_question``: a verdict without a question on a multi-hop claim is an invalid format."""
     fn = get_reward(reward)
 
     def score(items: list[dict], trajectories: list) -> list:
-        return [fn(t.response_text, it["label"]) for it, t in zip(items, trajectories)]
+        return [fn(t.response_text, it["label"], num_hops=it.get("num_hops"), require_question=require_question)
+                for it, t in zip(items, trajectories)]
 
     return score
 

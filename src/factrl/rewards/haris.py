@@ -41,17 +41,24 @@ def binary_label(label: str) -> str:
 
 
 @register("haris_reasoning")
-def reasoning_reward(response: str, label: str) -> RewardResult:
-    """R_high of one reasoning-agent response (generated text with injected results) against ``label``."""
+def reasoning_reward(response: str, label: str, *, num_hops: int | None = None,
+                     require_question: bool = False) -> RewardResult:
+    """R_high of one reasoning-agent response (generated text with injected results) against ``label``.
+
+    ``require_question`` ("ask before you decide", not in the paper): on a multi-hop claim
+    (``num_hops`` >= 2) a verdict reached without asking a single question counts as an invalid
+    format (R = 0), so guessing can no longer earn the 0.1 format reward or the 1 of a lucky verdict.
+    """
     gold = binary_label(label)
     parsed = parse_reasoning(response)
-    correct = parsed.format_valid and parsed.verdict == gold
-    if not parsed.format_valid:
+    valid = parsed.format_valid and not (require_question and (num_hops or 0) >= 2 and not parsed.questions)
+    correct = valid and parsed.verdict == gold
+    if not valid:
         score = INVALID
     else:
         score = CORRECT if correct else FORMAT_ONLY
-    parts = {"correct": float(correct), "format": float(parsed.format_valid)}
-    return RewardResult(score=score, parts=parts, format_valid=parsed.format_valid)
+    parts = {"correct": float(correct), "format": float(valid)}
+    return RewardResult(score=score, parts=parts, format_valid=valid)
 
 
 @register("haris_search")

@@ -20,7 +20,8 @@ from pathlib import Path
 from factrl.eval.report import markdown_table
 
 COLUMNS = ("reward_mean", "format_valid_rate", "correct_rate", "useful_rate")
-BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kl", "response_length", "step_time")
+BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kept_groups", "sampling_draws", "kl", "response_length",
+                           "step_time")
 
 
 def halves(values: list[float]) -> tuple[float, float]:

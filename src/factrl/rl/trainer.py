@@ -9,9 +9,12 @@ and truncated importance sampling against the rollout engine's log-probs where t
 carry them (``cfg.tis_cap``, ``correction``).
 :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
 rollout function, score them with a reward function, step, log a metrics row, checkpoint every
-``checkpoint_every`` steps. A killed run restarted on the same ``out_dir`` resumes from the newest
-checkpoint and produces the same weights and metrics as an uninterrupted run: every step's prompt
-choice and sampling seed are functions of ``(seed, step)`` alone, and the checkpoint holds the
+``checkpoint_every`` steps. With ``dynamic_sampling`` (DAPO; verl's ``algorithm.filter_groups``) a
+step drops the groups whose rewards are all equal and draws more prompts until it has
+``prompts_per_step`` groups with signal or ``max_sampling_draws`` draws were made
+(:func:`sample_step`). A killed run restarted on the same ``out_dir`` resumes from the newest
+checkpoint and produces the same weights and metrics as an uninterrupted run: every draw's prompt
+choice and sampling seed are functions of ``(seed, step, draw)`` alone, and the checkpoint holds the
 weights, optimizer, scheduler, RNG states and the metrics rows so far.
 
 Trajectories are :class:`factrl.agents.rollout.Trajectory` (any object with ``prompt_ids``,
@@ -432,6 +435,86 @@ def step_prompts(num_prompts: int, per_step: int, seed: int, step: int) -> list[
     return out
 
 
+def draw_prompts(num_prompts: int, per_step: int, seed: int, step: int, draw: int,
+                 drawn: set[int] = frozenset()) -> list[int]:
+    """Indices of the prompts of draw ``draw`` of ``step``: draw 0 is :func:`step_prompts`; a later
+    draw (dynamic sampling) is a permutation seeded by ``(seed, step, draw)``, prompts not ``drawn``
+    earlier in the step first. A pure function of its arguments, so a resumed run draws the same."""
+    if draw == 0:
+        return step_prompts(num_prompts, per_step, seed, step)
+    order = np.random.default_rng([seed, step, draw]).permutation(num_prompts).tolist()
+    ranked = [i for i in order if i not in drawn] + [i for i in order if i in drawn]
+    return [int(ranked[k % num_prompts]) for k in range(per_step)]
+
+
+def draw_seed(seed: int, step: int, draw: int) -> int:
+    """The global seed of a draw's rollouts: draw 0 keeps the seed every step has always had."""
+    if draw == 0:
+        return seed * 1_000_003 + step
+    return int(np.random.SeedSequence([seed, step, draw]).generate_state(1)[0])
+
+
+def mixed_groups(scores: Sequence[float], group_size: int) -> list[int]:
+    """Indices of the groups (consecutive runs of ``group_size`` scores) whose rewards differ, i.e.
+    whose GRPO advantages are not all 0. A group of one is kept, as verl keeps it (its advantage
+    is its reward)."""
+    groups = [scores[k : k + group_size] for k in range(0, len(scores), group_size)]
+    return [g for g, values in enumerate(groups) if len(values) == 1 or max(values) != min(values)]
+
+
+@dataclass
+class StepBatch:
+    """Everything one step drew: ``trajectories``, ``scores``, ``results``, ``valid`` (format validity
+    or None), ``group_ids`` (one per draw's prompt: ``draw * prompts_per_step + k``) over all draws;
+    ``kept`` the trajectory indices trained on; ``draws`` how many draws were made."""
+
+    trajectories: list
+    results: list
+    scores: list[float]
+    valid: list[float] | None
+    group_ids: list[int]
+    kept: list[int]
+    draws: int
+    rollout_time: float
+    reward_time: float
+
+
+def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, reward_fn: RewardFn,
+                step: int) -> StepBatch:
+    """Roll out and score one step's prompts; with ``cfg.dynamic_sampling``, draw again (up to
+    ``cfg.max_sampling_draws`` draws) until ``prompts_per_step`` groups with signal are kept, as
+    DAPO does (verl ``algorithm.filter_groups``), and keep the first ``prompts_per_step`` of them."""
+    g, per_step = cfg.group_size, cfg.prompts_per_step
+    batch = StepBatch([], [], [], [], [], [], 0, 0.0, 0.0)
+    drawn: set[int] = set()
+    max_draws = cfg.max_sampling_draws if cfg.dynamic_sampling else 1
+    while batch.draws < max_draws and len(batch.kept) < per_step * g:
+        t0 = time.perf_counter()
+        seed_everything(draw_seed(cfg.seed, step, batch.draws))
+        picked = draw_prompts(len(prompts), per_step, cfg.seed, step, batch.draws, drawn)
+        drawn.update(picked)
+        items = [prompts[i] for i in picked]
+        trajectories = rollout_fn(items, g)
+        if len(trajectories) != len(items) * g:
+            raise RuntimeError(f"rollout_fn returned {len(trajectories)} trajectories for {len(items)} prompts x G={g}")
+        t1 = time.perf_counter()
+        results = reward_fn([item for item in items for _ in range(g)], trajectories)
+        scores, valid = _scores(results)
+        batch.rollout_time += t1 - t0
+        batch.reward_time += time.perf_counter() - t1
+        offset = len(batch.trajectories)
+        keep = mixed_groups(scores, g) if cfg.dynamic_sampling else range(len(items))
+        room = per_step * g - len(batch.kept)  # the step trains on at most prompts_per_step groups
+        batch.kept += [offset + k * g + j for k in keep for j in range(g)][:room]
+        batch.trajectories += trajectories
+        batch.results += results
+        batch.scores += scores
+        batch.valid = batch.valid + valid if batch.valid is not None and valid is not None else None
+        batch.group_ids += [batch.draws * per_step + k for k in range(len(items)) for _ in range(g)]
+        batch.draws += 1
+    return batch
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (sampling in rollouts uses torch's global generator)."""
     random.seed(seed)
@@ -506,31 +589,31 @@ def train(
         write_metrics(rows, out_dir / METRICS_FILE)  # drop rows of steps done after that checkpoint
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
-        seed_everything(cfg.seed * 1_000_003 + step)
-        items = [prompts[i] for i in step_prompts(len(prompts), cfg.prompts_per_step, cfg.seed, step)]
-        trajectories = rollout_fn(items, cfg.group_size)
-        if len(trajectories) != len(items) * cfg.group_size:
-            raise RuntimeError(
-                f"rollout_fn returned {len(trajectories)} trajectories for {len(items)} prompts x G={cfg.group_size}"
-            )
-        expanded = [item for item in items for _ in range(cfg.group_size)]
-        t1 = time.perf_counter()
-        results = reward_fn(expanded, trajectories)
-        scores, valid = _scores(results)
-        group_ids = [k for k in range(len(items)) for _ in range(cfg.group_size)]
+        batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
         t2 = time.perf_counter()
-        metrics = trainer.step(trajectories, scores, group_ids)
+        if batch.kept:
+            metrics = trainer.step([batch.trajectories[i] for i in batch.kept], [batch.scores[i] for i in batch.kept],
+                                   [batch.group_ids[i] for i in batch.kept])
+        else:  # every drawn group was uniform: nothing to learn from, the row still records the step
+            metrics = {"updates": float(trainer.updates), "lr": trainer.scheduler.get_last_lr()[0]}
         t3 = time.perf_counter()
         row = {"step": step + 1, **metrics}
         if trainer.device.type == "cuda":  # what the step needed at most on the GPU (rollout and update)
             row["cuda_peak_gib"] = torch.cuda.max_memory_allocated(trainer.device) / 2**30
             torch.cuda.reset_peak_memory_stats(trainer.device)
-        if valid is not None:  # only reward functions that judge format report it
-            row["format_valid_rate"] = float(np.mean(valid))
-        row.update(part_rates(results))
-        row["uniform_group_rate"] = uniform_group_rate(scores, group_ids)
-        row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in trajectories]))
-        row.update(rollout_time=t1 - t0, reward_time=t2 - t1, train_time=t3 - t2, step_time=t3 - t0)
+        if cfg.dynamic_sampling:
+            # what the policy did on every prompt drawn, not only on the groups it trained on
+            spread = float(np.std(batch.scores, ddof=1)) if len(batch.scores) > 1 else 0.0
+            row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
+                       response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])),
+                       kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
+        if batch.valid is not None:  # only reward functions that judge format report it
+            row["format_valid_rate"] = float(np.mean(batch.valid))
+        row.update(part_rates(batch.results))
+        row["uniform_group_rate"] = uniform_group_rate(batch.scores, batch.group_ids)
+        row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in batch.trajectories]))
+        row.update(rollout_time=batch.rollout_time, reward_time=batch.reward_time, train_time=t3 - t2,
+                   step_time=t3 - t0)
         rows.append(row)
         write_metrics(rows, out_dir / METRICS_FILE)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
