@@ -137,8 +137,14 @@ def _rollout_answer(traj: Trajectory, parse, limit: int) -> Answer:
     return Answer(parse.verdict, parse.verdict, plain_text(traj.response_text, limit), parse.format_valid, parse.error)
 
 
+def seed_for(temperature: float, seed: int) -> int | None:
+    """A sampled call's seed; greedy calls get none, so members that share a model and decode
+    greedily share one batched call (and one cache entry per prompt)."""
+    return seed if temperature > 0 else None
+
+
 def _sampling(limits: Limits, temperature: float, seed: int) -> dict:
-    return {"temperature": temperature, "seed": seed, "max_new_tokens": limits.max_new_tokens,
+    return {"temperature": temperature, "seed": seed_for(temperature, seed), "max_new_tokens": limits.max_new_tokens,
             "max_turns": limits.max_turns}
 
 
@@ -166,7 +172,7 @@ def _call_answer(result, text: str, chars: int) -> Answer:
 
 def _rag_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float, seed: int,
                  chars: int) -> list[Answer]:
-    params = SamplingParams(max_tokens=16, temperature=temperature, seed=seed)
+    params = SamplingParams(max_tokens=16, temperature=temperature, seed=seed_for(temperature, seed))
     results = baselines.rag(claims, llm=member.llm, retriever=retriever, k=limits.top_k, params=params)
     return [_call_answer(r, f"From the claim's top passages: {r.contexts[0] if r.contexts else ''}", chars)
             for r in results]
@@ -174,7 +180,7 @@ def _rag_answers(member: Member, claims: list[str], retriever, limits: Limits, t
 
 def _decompose_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float,
                        seed: int, chars: int) -> list[Answer]:
-    params = SamplingParams(max_tokens=96, temperature=temperature, seed=seed)
+    params = SamplingParams(max_tokens=96, temperature=temperature, seed=seed_for(temperature, seed))
     results = baselines.decompose_then_verify(claims, llm=member.llm, retriever=retriever, k=limits.top_k,
                                               params=params)
     return [_call_answer(r, "; ".join(f"{s} -> {_word(v)}" for s, v in zip(r.subclaims, r.sub_verdicts)), chars)
@@ -430,7 +436,8 @@ class Debate:
         for stream, ((s, m), messages) in enumerate(zip(turns, prompts)):
             params = RolloutParams(max_turns=0, max_new_tokens=p.debate_max_tokens,
                                    max_context_tokens=p.max_context_tokens, end_tags=("</verification>",),
-                                   response_prefix="<think>", temperature=m.temperature, seed=m.seed + 1000 * index)
+                                   response_prefix="<think>", temperature=m.temperature,
+                                   seed=seed_for(m.temperature, m.seed + 1000 * index))
             encode = getattr(m.llm, "encode_chat", None)
             loops.append(agent_loop(m.llm, encode(messages) if encode else None, messages, None, params,
                                     stream=stream))

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from factrl.config import AggregatorParams
-from factrl.consensus.reward_model import mlp
+from factrl.consensus.reward_model import mlp, one_thread
 
 ABLATIONS = {
     "uniform_vote": "the learned weights are replaced by w_i = 1/n (majority over the final stances)",
@@ -188,6 +188,13 @@ def fit_aggregator(x: torch.Tensor, rewards: np.ndarray, x_val: torch.Tensor, re
     unknown = [a for a in ablations if a not in ABLATIONS]
     if unknown:
         raise ValueError(f"unknown consensus ablation(s) {unknown}; known: {sorted(ABLATIONS)}")
+    with one_thread():
+        return _fit_aggregator(x, rewards, x_val, rewards_val, history_accuracy, members, params, seed, ablations)
+
+
+def _fit_aggregator(x: torch.Tensor, rewards: np.ndarray, x_val: torch.Tensor, rewards_val: np.ndarray,
+                    history_accuracy: np.ndarray, members: Sequence[str], params: AggregatorParams, seed: int,
+                    ablations: Sequence[str]) -> Aggregator:
     history = PPOHistory()
     if "uniform_vote" in ablations:
         return Aggregator(None, list(members), history)

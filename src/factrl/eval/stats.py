@@ -11,11 +11,15 @@ Metrics of one run (:func:`run_metrics`), for binary verdicts where ``None`` is 
 Over runs (the paper's 5 folds x 3 seeds): :func:`summary` gives mean, sample std (ddof 1) and the
 t-based 95% interval of the mean; :func:`paired_tests` compares two systems on the same runs with
 the paired t-test and the Wilcoxon signed-rank test (scipy).
+
+:func:`consensus_rows` scores the SC-MAKS stage's predictions (consensus/predictions.parquet) as rows
+of stage ``evaluate``'s report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -82,3 +86,30 @@ def paired_tests(a: Sequence[float], b: Sequence[float]) -> dict:
     w = stats.wilcoxon(x, y)
     return out | {"t_statistic": t_stat, "t_pvalue": t_p, "wilcoxon_statistic": float(w.statistic),
                   "wilcoxon_pvalue": float(w.pvalue)}
+
+
+# Report names of the consensus systems (factrl.recipes.scmaks.SYSTEMS).
+CONSENSUS_NAMES = {"scmaks": "SC-MAKS", "majority_vote": "Majority vote", "uniform_vote": "Uniform vote",
+                   "best_single": "Best single member"}
+
+
+def consensus_rows(path: str | Path, *, n_boot: int, seed: int, dataset: str = "demo_debate") -> list[dict]:
+    """METRICS rows (per system and hop, with bootstrap intervals) of the consensus predictions in
+    ``path`` (CONSENSUS_PREDICTIONS); no rows when the file does not exist or is empty."""
+    import pyarrow.parquet as pq
+
+    from factrl.data.schemas import CONSENSUS_PREDICTIONS, validate
+    from factrl.eval.runner import score_rows
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = validate(pq.read_table(path), CONSENSUS_PREDICTIONS, str(path)).to_pylist()
+    out = []
+    for system, name in CONSENSUS_NAMES.items():
+        mine = [r for r in rows if r["system"] == system]
+        for hop in sorted({r["num_hops"] for r in mine}, key=lambda h: (h is None, h or 0)):
+            cell = [r for r in mine if r["num_hops"] == hop]
+            out += score_rows(dataset, name, hop, [r["label"] for r in cell], [r["verdict"] for r in cell],
+                              [0] * len(cell), [0] * len(cell), n_boot=n_boot, seed=seed)
+    return out

@@ -390,27 +390,8 @@ class ConsensusResult:
     metrics: dict
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread for the block: the consensus networks are a few thousand weights, and
-    intra-op threads only add synchronisation (measured ~10x slower with 2 threads on a busy 2-core CPU)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def fit_consensus(turns: pa.Table, params: FitConsensusParams) -> ConsensusResult:
     """The pipeline's fit (train -> dev early stopping -> eval predictions) and the cross-validation."""
-    with one_thread():
-        return _fit_consensus(turns, params)
-
-
-def _fit_consensus(turns: pa.Table, params: FitConsensusParams) -> ConsensusResult:
     plan = consensus_plan(params)
     fs = debate_features(turns)
     train, val, test = (fs.split_indices(s) for s in SPLITS)
