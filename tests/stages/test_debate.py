@@ -23,7 +23,7 @@ from factrl.recipes import scmaks
 from flows.fanout import BatchError
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
-from tests.debate_fakes import DebateFake, Killed, by_label, loader_of
+from tests.debate_fakes import DebateFake, by_label, loader_of
 
 
 @pytest.fixture(scope="module", autouse=True)
