@@ -86,15 +86,16 @@ def test_malformed_output_is_a_recorded_format_failure(claims, demo_retriever):
 def test_malformed_turn_keeps_the_previous_stance(claims, demo_retriever):
     items, labels = claims
 
-    def opens_then_garbles(claim, kind):
-        return None if kind != "open" else by_label(labels)(claim, kind)
+    def opens_then_garbles(claim, kind):  # in the debate: the opposite verdict, outside the format
+        right = by_label(labels)(claim, kind)
+        return right if kind == "open" else "loose:" + {"Support": "Refute", "Refute": "Support"}[right]
 
     pool = members(labels)
     pool[2] = debate.Member("Cyd", "rag", DebateFake(opens_then_garbles, "third"), "third")
     states = debate.Debate(pool, demo_retriever, PARAMS, ("cooperative",)).run(items)
     for s in states:
         turn = s.rounds[1].answers["Cyd"]
-        assert not turn.format_valid and turn.verdict is None
+        assert not turn.format_valid and turn.verdict is None and turn.error == "text outside tags"
         assert turn.stance == s.rounds[0].answers["Cyd"].stance == ("SUPPORTS" if labels[s.claim] == "SUPPORTS"
                                                                     else "REFUTES")
 

@@ -80,3 +80,19 @@ def test_a_claim_without_an_opening_is_an_error(transcript):
     rows = [r for r in transcript.to_pylist() if not (r["claim_id"] == "b" and r["member"] == "C" and r["round"] == 0)]
     with pytest.raises(ValueError, match="claim 'b' has no opening answer of \\['C'\\]"):
         debate_features(pa.Table.from_pylist(rows, schema=DEBATE_TURNS))
+
+
+def test_a_fit_takes_history_from_its_training_claims_only():
+    from factrl.config import AggregatorParams, FitConsensusParams, RewardModelParams
+    from factrl.recipes.scmaks import fit_run
+    from tests.consensus.synthetic import FLIP, pool
+
+    fs = pool(60, always_right=0)
+    for c in range(40, 60):  # member 0 is wrong on every claim outside the training part
+        fs.stance[c][0] = FLIP[fs.labels[c]]
+    quick = FitConsensusParams(reward_model=RewardModelParams(epochs=2), aggregator=AggregatorParams(
+        pretrain_steps=1, iterations=1))
+    fit = fit_run(fs, list(range(40)), list(range(40, 50)), quick)
+    history = fit.features.x[:, :, FEATURES.index("historical_accuracy")]
+    assert (history[:, 0] == 1.0).all()
+    assert history[0, 1] == pytest.approx(fs.member_accuracy(range(40))[1])
