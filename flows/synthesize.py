@@ -65,7 +65,8 @@ def teach_flow(items: list[dict], teacher, *, prompt_hash: str, cache_path: str,
     batches = [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
-    paths = [ckpt / f"batch-{i:05d}-{batch_key(teacher.model_name, prompt_hash, b)}.json" for i, b in enumerate(batches)]
+    paths = [ckpt / f"batch-{i:05d}-{batch_key(teacher.model_name, prompt_hash, b)}.json"
+             for i, b in enumerate(batches)]
 
     def work(index: int, batch: list[dict]) -> dict:
         return answer_batch(index, batch, teacher, cache_path, answer_fn, signature_retries)

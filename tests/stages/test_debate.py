@@ -169,7 +169,8 @@ def test_consensus_ablations_change_the_fit_as_named(world, tmp_path):
     frozen = scmaks.fit_consensus(turns, dataclasses.replace(FAST, ablations=("no_rlhf",)))
     for other in (uniform, frozen):  # the debate, its features and the reward model are the same
         assert other.features.equals(base.features)
-        assert np.allclose(other.fit.reward_model.score(other.fit.features), base.fit.reward_model.score(base.fit.features))
+        scores = other.fit.reward_model.score(other.fit.features)
+        assert np.allclose(scores, base.fit.reward_model.score(base.fit.features))
     verdicts = lambda r, s: [x["verdict"] for x in r.predictions.to_pylist() if x["system"] == s]  # noqa: E731
     assert verdicts(uniform, "scmaks") == verdicts(uniform, "uniform_vote")
     weights = [dict(x["weights"]) for x in uniform.predictions.to_pylist() if x["system"] == "scmaks"]
@@ -205,8 +206,10 @@ def test_fit_consensus_stage_outputs_and_evaluate_rows(world, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("section, edit, key", [
-    ("debate", {"pool": [{"name": "Ada", "system": "harris"}]}, "debate.pool[0].system: unknown member system 'harris'"),
-    ("debate", {"pool": [{"name": "Ada", "system": "rag", "backend": "vllm"}]}, "debate.pool[0].backend: unknown backend"),
+    ("debate", {"pool": [{"name": "Ada", "system": "harris"}]},
+     "debate.pool[0].system: unknown member system 'harris'"),
+    ("debate", {"pool": [{"name": "Ada", "system": "rag", "backend": "vllm"}]},
+     "debate.pool[0].backend: unknown backend"),
     ("debate", {"pool": [{"name": "Ada", "system": "rag"}, {"name": "Ada", "system": "rag"}]}, "debate.pool[1].name"),
     ("debate", {"ablations": ["no_adverse"]}, "debate.ablations[0]: unknown debate ablation 'no_adverse'"),
     ("debate", {"ablations": ["uniform_vote"]}, "debate.ablations[0]: 'uniform_vote' is a consensus ablation"),

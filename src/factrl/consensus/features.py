@@ -153,8 +153,8 @@ def debate_features(turns: pa.Table) -> FeatureSet:
         for i, m in enumerate(members):
             turns_i = [grid[(k, m)] for k in rounds if (k, m) in grid]
             given = [len(t["addressed"] or []) / max(n - 1, 1) for t in turns_i]
-            received = [sum(m in (grid.get((k, o), {}).get("addressed") or []) for o in members if o != m) / max(n - 1, 1)
-                        for k in rounds]
+            received = [sum(m in (grid.get((k, o), {}).get("addressed") or []) for o in members if o != m)
+                        / max(n - 1, 1) for k in rounds]
             cited = {c for t in turns_i for c in (t["cited"] or [])}
             answers = [grid[(k, m)] for k in [0, *rounds] if (k, m) in grid]
             opening = grid[(0, m)]["stance"]
@@ -162,7 +162,8 @@ def debate_features(turns: pa.Table) -> FeatureSet:
             values = {
                 "critiques_given": float(np.mean(given)) if given else 0.0,
                 "critiques_received": float(np.mean(received)) if received else 0.0,
-                "revision_sentiment": float(np.mean([revision_sentiment(t["text"]) for t in turns_i])) if turns_i else 0.0,
+                "revision_sentiment": float(np.mean([revision_sentiment(t["text"]) for t in turns_i]))
+                if turns_i else 0.0,
                 "flips": _flips([h[i] for h in history]) / max(len(rounds), 1),
                 "revised": float(opening is not None and final[i] is not None and final[i] != opening),
                 "citations": math.log1p(len(cited)),

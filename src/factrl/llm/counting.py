@@ -39,7 +39,9 @@ class CountingLLM:
         with self._lock:
             self.calls += 1
             # a request's prompt is counted once, whatever its n
-            self.prompt_tokens += prompt_tokens if prompt_tokens is not None else (comps[0].prompt_tokens if comps else 0)
+            if prompt_tokens is None:
+                prompt_tokens = comps[0].prompt_tokens if comps else 0
+            self.prompt_tokens += prompt_tokens
             self.completion_tokens += sum(c.completion_tokens for c in comps)
 
     def chat(self, conversations, params: SamplingParams, on_result=None) -> list[list[Completion]]:

@@ -92,7 +92,8 @@ def debate_plan(p: DebateParams, where: str = "params.yaml:debate") -> DebatePla
             raise ConfigError(f"{where}.pool[{i}].backend: unknown backend {m.backend!r}; known: {list(BACKENDS)}")
     for j, a in enumerate(p.ablations):
         if a in agg_lib.ABLATIONS:
-            raise ConfigError(f"{where}.ablations[{j}]: {a!r} is a consensus ablation: set it in fit_consensus.ablations")
+            raise ConfigError(f"{where}.ablations[{j}]: {a!r} is a consensus ablation: "
+                              "set it in fit_consensus.ablations")
     _check_names(p.ablations, debate_lib.ABLATIONS, f"{where}.ablations", "debate ablation")
     for key in ("fixed_member", "summarizer_member"):
         if getattr(p, key) and getattr(p, key) not in names:
