@@ -10,6 +10,8 @@ index/ for sets without their own passages, the HARIS checkpoints of `evaluate.c
 Outputs: metrics/eval.json (DVC metrics: dataset -> hop -> system -> metric), reports/eval.md
 (Table 1 layout with the paper's numbers as reference rows), plots/eval/accuracy.png (and
 plots/eval/reward_curves.png when training metrics exist under metrics/train/), reports/traces.html.
+The SC-MAKS systems (consensus/predictions.parquet of stage fit_consensus) are scored as dataset
+``demo_debate``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any
 
 from factrl.config import EvalSetParams, EvaluateParams, load_section
 from factrl.eval import runner
+from factrl.eval.stats import consensus_rows
 from factrl.hardware import resolve_device
 
 log = logging.getLogger("stages.evaluate")
 
 TRAIN_METRICS = Path("metrics/train")
+CONSENSUS_PREDICTIONS = Path("consensus/predictions.parquet")
 # metrics/train/reason_r2.csv, metrics/train/search_3/metrics.csv, ...: agent and round from the path
 _TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
 
@@ -134,6 +138,8 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
                                    max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
                              batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
+    # SC-MAKS, majority vote, uniform vote, best single member: stage fit_consensus's eval-split verdicts
+    result.rows += consensus_rows(CONSENSUS_PREDICTIONS, n_boot=params.n_boot, seed=params.seed)
     notes = [
         f"eval sets: {', '.join(s.name for s in sets)}" + (f" (skipped: {'; '.join(skipped)})" if skipped else ""),
         f"sample: up to {params.per_hop or 'all'} claims per hop, balanced labels, seed {params.seed}; "

@@ -74,10 +74,13 @@ def _contexts(retriever, queries: list[str], k: int) -> list[str]:
     return [format_hits(h) for h in retriever.search(queries, k=k)] if queries else []
 
 
-def rag(claims: list[str], *, llm, retriever, k: int = TOP_K, retries: int = 2) -> list[BaselineResult]:
-    """RAG: retrieve top-``k`` passages with the claim as query, then one verification call."""
+def rag(claims: list[str], *, llm, retriever, k: int = TOP_K, retries: int = 2,
+        params: SamplingParams | None = None) -> list[BaselineResult]:
+    """RAG: retrieve top-``k`` passages with the claim as query, then one verification call
+    (``params``: its sampling, default greedy)."""
     contexts = _contexts(retriever, list(claims), k)
-    verdicts = verify_claims(llm, [{"claim": c, "context": x} for c, x in zip(claims, contexts)], retries=retries)
+    verdicts = verify_claims(llm, [{"claim": c, "context": x} for c, x in zip(claims, contexts)], retries=retries,
+                             params=params)
     return [
         BaselineResult(c, v.label if v.ok else None, [x], errors=[v.error] if v.error else [])
         for c, x, v in zip(claims, contexts, verdicts)

@@ -4,7 +4,7 @@ Every Parquet edge of the DVC graph has a schema here, and every reader validate
 (``validate``), so a bad row is reported by file, row and field before anything downstream runs.
 
 Kinds: claims, passages, questions / QA pairs (pseudo-labels), trajectories (rollouts with token
-ids and loss masks) and metrics rows.
+ids and loss masks), metrics rows, and SC-MAKS's debate turns, consensus features and predictions.
 """
 
 from __future__ import annotations
@@ -109,12 +109,68 @@ METRICS = pa.schema(
     ]
 )
 
+# SC-MAKS debate transcripts: one row per member answer of every phase (round 0 = the generation
+# phase, then the debate rounds), the extra self-consistency samples and the summaries made.
+DEBATE_TURNS = pa.schema(
+    [
+        pa.field("claim_id", pa.string(), nullable=False),
+        pa.field("claim", pa.string(), nullable=False),
+        pa.field("split", pa.string()),
+        pa.field("label", pa.string()),
+        pa.field("num_hops", pa.int32()),
+        pa.field("evidence_ids", pa.list_(pa.string())),  # the passages shown as [P1], [P2], ...
+        pa.field("round", pa.int32(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False),  # generate | sample | cooperative | adversarial | summary
+        pa.field("member", pa.string(), nullable=False),  # a pool member's name, or "summarizer"
+        pa.field("system", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("sample", pa.int32(), nullable=False),  # 0 = the answer that enters the debate
+        pa.field("verdict", pa.string()),  # this answer's verdict; null = none or a malformed output
+        pa.field("stance", pa.string()),  # the member's verdict after this phase
+        pa.field("text", pa.string()),  # what the peers read (or the summary)
+        pa.field("format_valid", pa.bool_(), nullable=False),
+        pa.field("error", pa.string()),  # the format failure, when there was one
+        pa.field("cited", pa.list_(pa.string())),  # passage ids the answer quoted
+        pa.field("addressed", pa.list_(pa.string())),  # peers it named
+        pa.field("prompt_tokens", pa.int32()),
+    ]
+)
+
+# One (claim, member) row of the consensus features (factrl.consensus.features.FEATURES by name).
+CONSENSUS_FEATURES = pa.schema(
+    [
+        pa.field("claim_id", pa.string(), nullable=False),
+        pa.field("split", pa.string()),
+        pa.field("label", pa.string()),
+        pa.field("member", pa.string(), nullable=False),
+        pa.field("opening", pa.string()),  # the member's generation-phase verdict
+        pa.field("stance", pa.string()),  # its verdict after the last round
+        pa.field("correct", pa.bool_(), nullable=False),  # stance == label
+        pa.field("features", pa.map_(pa.string(), pa.float64()), nullable=False),
+    ]
+)
+
+# Verdicts of the consensus systems on the scored claims (one row per claim and system).
+CONSENSUS_PREDICTIONS = pa.schema(
+    [
+        pa.field("claim_id", pa.string(), nullable=False),
+        pa.field("label", pa.string(), nullable=False),
+        pa.field("num_hops", pa.int32()),
+        pa.field("system", pa.string(), nullable=False),  # scmaks | majority_vote | uniform_vote | best_single
+        pa.field("verdict", pa.string()),
+        pa.field("weights", pa.map_(pa.string(), pa.float64())),  # member -> w_i(Q), where weighted
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "claims": CLAIMS,
     "passages": PASSAGES,
     "qa_pairs": QA_PAIRS,
     "trajectories": TRAJECTORIES,
     "metrics": METRICS,
+    "debate_turns": DEBATE_TURNS,
+    "consensus_features": CONSENSUS_FEATURES,
+    "consensus_predictions": CONSENSUS_PREDICTIONS,
 }
 
 

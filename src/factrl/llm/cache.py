@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from factrl.llm.base import Completion, Message, SamplingParams, call_each
+from factrl.llm.counting import expose_tokens
 from factrl.llm.models import cache_dir
 
 
@@ -91,14 +92,21 @@ class DiskCache:
 class CachedLLM:
     """Wrap any :class:`~factrl.llm.base.LLM`: cached inputs are served from disk, the rest are
     sent to the inner backend in one batch. Non-reproducible calls pass straight through. With a
-    backend that streams results, each answer is stored the moment it arrives."""
+    backend that streams results, each answer is stored the moment it arrives.
 
-    def __init__(self, inner, cache: DiskCache | None = None):
+    ``key_name`` replaces the model name in the cache keys: a model directory that training rewrites
+    keeps its name, so callers key it by its content (e.g. ``models/reason_2@<digest>``). The inner
+    backend's tokenizer stays visible, so agent loops keep running token-level through the cache.
+    """
+
+    def __init__(self, inner, cache: DiskCache | None = None, key_name: str | None = None):
         self.inner = inner
         self.cache = cache if cache is not None else DiskCache()  # an empty cache is falsy
         self.model_name = inner.model_name
+        self.key_name = key_name or inner.model_name
         self.hits = 0
         self.misses = 0
+        expose_tokens(self, inner)
 
     def chat(self, conversations: Sequence[Sequence[Message]], params: SamplingParams) -> list[list[Completion]]:
         items = [[dict(m) for m in c] for c in conversations]
@@ -111,7 +119,7 @@ class CachedLLM:
     def _run(self, kind: str, items: list, params: SamplingParams, call: Callable) -> list[list[Completion]]:
         if not cacheable(params):
             return call(items, params)
-        keys = [cache_key(self.model_name, kind, it, params) for it in items]
+        keys = [cache_key(self.key_name, kind, it, params) for it in items]
         results: list[list[Completion] | None] = [self.cache.get(k) for k in keys]
         missing = [i for i, r in enumerate(results) if r is None]
         self.hits += len(items) - len(missing)
