@@ -102,11 +102,12 @@ def _args(cfg: SFTParams, out_dir: Path, *, seed: int, bf16: bool, cpu: bool):
 
 
 def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_dir: str | Path, *,
-              seed: int = 0, precision: str = "auto") -> SFTResult:
+              seed: int = 0, precision: str = "auto", callbacks: Sequence = ()) -> SFTResult:
     """Fine-tune ``model`` in place on ``examples`` (:func:`sft_example` dicts); checkpoints go to
     ``out_dir``, and a run restarted on the same ``out_dir`` resumes from the newest one.
 
-    The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr).
+    The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr). ``callbacks``
+    are transformers ``TrainerCallback`` objects (progress logs, tests).
     """
     from transformers import Trainer
     from transformers.trainer_utils import get_last_checkpoint
@@ -120,7 +121,8 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     last = get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
     trainer = Trainer(model=model, args=_args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu"),
-                      train_dataset=_Examples(examples), data_collator=lambda f: collate(f, pad_id))
+                      train_dataset=_Examples(examples), data_collator=lambda f: collate(f, pad_id),
+                      callbacks=list(callbacks))
     start = time.perf_counter()
     tokens_before = 0
     if last is not None:
