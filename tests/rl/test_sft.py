@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from factrl.rl.sft import IGNORE_INDEX, collate
+from factrl.rl.sft import IGNORE_INDEX, collate, masked_lm_loss
 from tests.rl.tiny_sft import examples, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +24,17 @@ def test_collate_right_pads_inputs_and_ignores_the_padding():
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+
+
+def test_masked_lm_loss_equals_the_models_own_loss(tiny, tok):
+    """Logits only where a trained token is predicted: the same token-mean loss as the full forward."""
+    batch = collate(examples(tok)[:4], pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        full = tiny(**batch).loss
+        ours = masked_lm_loss(tiny, batch)
+    assert torch.allclose(ours, full, atol=1e-5), (float(ours), float(full))
+    n = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    assert torch.allclose(masked_lm_loss(tiny, batch, num_items=2 * n), full / 2, atol=1e-5)
 
 
 def _final(out_dir: Path) -> dict:

@@ -6,9 +6,13 @@ the agent wrote), -100 everywhere else (the prompt, the response prefix, every i
 ``<result>``: retrieved passages and search reports). So the warm start trains exactly the tokens
 GRPO trains later, and nothing the environment wrote.
 
-Training is transformers' :class:`~transformers.Trainer` (a causal LM's own loss ignores -100;
-the Trainer normalises it by the trained tokens of the whole optimizer step, a token mean like
-GRPO's), with AdamW, warm-up and decay, gradient clipping, bf16 autocast where
+Training is transformers' :class:`~transformers.Trainer`, with one change: the loss
+(:class:`MaskedLMTrainer`) runs the output layer only at positions that predict a trained token
+(the model's ``logits_to_keep``), not over the prompt, whose logits no loss reads (the
+49k-word output layer is a fifth of SmolLM2's compute per token, and its logits most of the
+activation memory). The loss is the cross-entropy summed over trained tokens and divided by the
+trained tokens of the whole optimizer step (a token mean, as GRPO's), with AdamW, warm-up and
+decay, gradient clipping, bf16 autocast where
 :mod:`factrl.hardware` says the hardware computes it natively, seeded data order, and checkpoints
 every ``checkpoint_every`` steps that a killed run resumes from (weights, optimizer, scheduler,
 data position, RNG states). Batches group sequences of similar length and are right-padded, so
@@ -54,6 +58,43 @@ def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
         attn.append([1] * len(f["input_ids"]) + [0] * pad)
         labels.append(list(f["labels"]) + [IGNORE_INDEX] * pad)
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn), "labels": torch.tensor(labels)}
+
+
+def masked_lm_loss(model, inputs: dict[str, torch.Tensor], num_items: int | torch.Tensor | None = None) -> torch.Tensor:
+    """Summed next-token cross-entropy over the labelled tokens of ``inputs`` (``input_ids``,
+    ``attention_mask``, ``labels`` ``[b, T]``), divided by ``num_items`` (default: their count).
+
+    Logits ``[b, K, V]`` are computed only at the ``K`` positions whose next token has a label in
+    some row (``logits_to_keep`` as an index tensor), so the prompt costs no output layer.
+    """
+    target = inputs["labels"][:, 1:]  # position p predicts token p + 1
+    keep = (target != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], logits_to_keep=keep,
+                   use_cache=False).logits
+    target = target[:, keep]
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                             ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss / (num_items if num_items is not None else (target != IGNORE_INDEX).sum())
+
+
+def _masked_lm_trainer():
+    from transformers import Trainer
+
+    class MaskedLMTrainer(Trainer):
+        """transformers' Trainer with :func:`masked_lm_loss` (already normalised over the whole
+        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step)."""
+
+        loss_is_scaled_for_ga = True
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.model_accepts_loss_kwargs = True  # so the Trainer counts num_items_in_batch for every model
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = masked_lm_loss(model, inputs, num_items_in_batch)
+            return (loss, None) if return_outputs else loss
+
+    return MaskedLMTrainer
 
 
 class _Examples(torch.utils.data.Dataset):
@@ -109,20 +150,21 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr). ``callbacks``
     are transformers ``TrainerCallback`` objects (progress logs, tests).
     """
-    from transformers import Trainer
     from transformers.trainer_utils import get_last_checkpoint
 
     if not examples:
         raise ValueError("no examples to fine-tune on")
+    if any(all(x == IGNORE_INDEX for x in e["labels"]) for e in examples):
+        raise ValueError("an example has no trained token (every label is -100)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device if any(True for _ in model.parameters()) else resolve_device()
     bf16 = use_bf16(precision, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     last = get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
-    trainer = Trainer(model=model, args=_args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu"),
-                      train_dataset=_Examples(examples), data_collator=lambda f: collate(f, pad_id),
-                      callbacks=list(callbacks))
+    args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
+    trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
+                                   data_collator=lambda f: collate(f, pad_id), callbacks=list(callbacks))
     start = time.perf_counter()
     tokens_before = 0
     if last is not None:
