@@ -43,17 +43,20 @@ RESULTS = Path(__file__).parent / "results" / "warmup.json"
 
 
 class StepClock(TrainerCallback):
-    """Wall time and non-padding tokens at the end of every optimizer step."""
+    """Wall time, this process's CPU time and non-padding tokens at the end of every optimizer step."""
 
     def __init__(self) -> None:
-        self.marks: list[tuple[float, int]] = []
+        self.marks: list[tuple[float, float, int]] = []
+
+    def _mark(self, state) -> None:
+        self.marks.append((time.perf_counter(), time.process_time(), int(state.num_input_tokens_seen)))
 
     def on_step_begin(self, args, state, control, **kwargs):
         if not self.marks:
-            self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen)))
+            self._mark(state)
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen)))
+        self._mark(state)
 
 
 def token_stats(examples: list[dict]) -> dict:
@@ -69,7 +72,7 @@ def time_sft(examples: list[dict], batch: int, steps: int, precision: str, seed:
     clock = StepClock()
     with tempfile.TemporaryDirectory() as out:
         result = train_sft(model, tok, examples, cfg, out, seed=seed, precision=precision, callbacks=[clock])
-    (t1, n1), (t_end, n_end) = clock.marks[1], clock.marks[-1]  # from the end of step 1
+    (t1, c1, n1), (t_end, c_end, n_end) = clock.marks[1], clock.marks[-1]  # from the end of step 1
     step_s = [b[0] - a[0] for a, b in zip(clock.marks[1:], clock.marks[2:])]
     trained_per_token = sum(sum(x != IGNORE_INDEX for x in e["labels"]) for e in examples) / sum(
         len(e["input_ids"]) for e in examples)
@@ -77,6 +80,9 @@ def time_sft(examples: list[dict], batch: int, steps: int, precision: str, seed:
     return {"batch": batch, "steps_timed": len(step_s), "median_step_s": statistics.median(step_s),
             "tokens_per_s": tps, "trained_tokens_per_s": tps * trained_per_token,
             "sequences_per_s": batch * len(step_s) / (t_end - t1), "precision": result.precision,
+            # on a shared machine the wall-clock rate depends on the load; the rate per CPU-second of
+            # this process does not (much), and times the thread count bounds the idle-machine rate
+            "tokens_per_cpu_s": (n_end - n1) / (c_end - c1), "cpu_share": (c_end - c1) / (t_end - t1),
             "losses": [round(x["loss"], 4) for x in result.losses]}
 
 

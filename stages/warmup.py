@@ -85,6 +85,11 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
         kept, rejected = build_references(claims, params, retriever_tool)
     reference.validate_references(kept, str(out / "references.parquet"))
     counts = recipe.reference_counts(kept, rejected)
+    missing = [agent for agent, n in counts["references"].items() if n == 0]
+    if missing:
+        raise ValueError(f"warmup: source {params.source!r} gave no {' or '.join(missing)} reference from "
+                         f"{claims.num_rows} claims of {claims_file} (rejected: {counts['rejected']['by_reason']}); "
+                         "source 'world' needs the demo world's claims, use 'teacher' for other data")
     print(f"warmup: {counts['references']} references from {claims.num_rows} claims ({params.source}); "
           f"rejected {counts['rejected']['by_reason']}", flush=True)
     sft = recipe.warm_start(kept, params, state_dir=state_dir, models_dir=models_dir, loss_dir=out)

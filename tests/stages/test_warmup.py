@@ -80,3 +80,16 @@ def test_warmup_off_leaves_the_base_model(stage_dir):
         assert "factrl_prompt" not in _config(stage_dir / "models" / name)  # prompted as the base model
     assert pq.read_metadata("warmup/references.parquet").num_rows == 0
     assert (stage_dir / "checkpoints" / "warmup").is_dir() and (stage_dir / "warmup" / "loss_search.csv").exists()
+
+
+def test_world_source_without_gold_chains_says_what_to_use(stage_dir):
+    import pyarrow as pa
+
+    from stages.warmup import main
+
+    path = stage_dir / "data" / "claims" / "train.parquet"
+    table = pq.read_table(path)
+    i = table.schema.get_field_index("hops")
+    pq.write_table(table.set_column(i, "hops", pa.nulls(table.num_rows, table.schema.field(i).type)), path)
+    with pytest.raises(ValueError, match="gave no reasoning or search reference .* use 'teacher'"):
+        main(_params(stage_dir))
