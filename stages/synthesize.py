@@ -1,7 +1,6 @@
 """Stage `synthesize@r`: pseudo-labelled questions for round r's search-agent training (HARIS A.4).
 
     python -m stages.synthesize <round id> [params.yaml]    # one round (DVC: synthesize@<id>)
-    python -m stages.synthesize base_models [params.yaml]   # H_0 / L_0 -> models/{reason,search}_0
 
 Round r reads its claims (segments/<segment>.parquet), runs the reasoning agent H_{prev} (with the
 search agent L_{prev} answering its questions over index/) to collect the questions it asks, keeps
@@ -20,7 +19,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -148,30 +146,8 @@ def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParam
     return qa, rejected, summary
 
 
-def write_base_models(params: SynthesizeParams) -> None:
-    """H_0 and L_0: Hugging Face checkpoints of the base model (``save_pretrained``), each written
-    beside its target and renamed into place, so a kill never leaves half a checkpoint."""
-    import shutil
-
-    from factrl.llm.models import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer(params.base_model)
-    for agent in ("reason", "search"):
-        target = checkpoint_of(agent, 0)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "factrl_base.json").write_text(json.dumps({"base_model": params.base_model}) + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-
-
 def main(round_id: str, params_file: str = "params.yaml", out: Path = Path("qa")) -> dict:
     params: SynthesizeParams = load_section("synthesize", params_file)
-    if round_id == "base_models":
-        write_base_models(params)
-        return {}
     rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
     segment_file = Path("segments") / f"{rnd.segment}.parquet"
     if not segment_file.exists():

@@ -46,6 +46,15 @@ def test_paper_profile_has_the_paper_defaults(repo_root, tmp_path):
     for agent in (train.search, train.reasoning):
         assert (agent.lr, agent.kl_coef, agent.temperature, agent.group_size) == (1e-6, 0.001, 1.0, 5)
     assert len(config.load_section("rounds", params).rounds) == 4
+    assert not config.load_section("warmup", params).enabled  # the paper starts from the base model
+
+
+def test_demo_and_long_profiles_warm_start_the_agents(repo_root, tmp_path):
+    assert config.load_section("warmup", repo_root / "params.yaml").enabled
+    params = tmp_path / "params.yaml"
+    shutil.copy(repo_root / "params.yaml", params)
+    profiles.apply_profile("long", params, repo_root / "profiles")
+    assert config.load_section("warmup", params).enabled
 
 
 def test_rounds_of_a_profile_replace_the_whole_schedule(repo_root, tmp_path):

@@ -426,8 +426,6 @@ class SynthesizeParams:
     """Stage ``synthesize@r``: rollouts -> one question per claim -> teacher answer -> qa_r.parquet.
 
     teacher: the teacher LLM (see :class:`TeacherParams`).
-    base_model: H_0 and L_0, the untrained agents (written to models/reason_0 and models/search_0
-        by stage ``base_models``; later rounds read the checkpoints the training stages write).
     retrieval_mode: how the search agent retrieves during the rollouts (``index/``).
     batch_size: questions per Prefect task (one teacher batch, one checkpoint file).
     concurrency: teacher batches in flight at once.
@@ -442,7 +440,6 @@ class SynthesizeParams:
     """
 
     teacher: TeacherParams = field(default_factory=TeacherParams)
-    base_model: str = "smollm2-135m"
     retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
     batch_size: int = 8
     concurrency: int = 4
@@ -453,6 +450,98 @@ class SynthesizeParams:
     rollout_temperature: float = 1.0
     seed: int = 17
     device: Device = "auto"
+
+
+# --------------------------------------------------------------------------------------------
+# warmup: H_0 and L_0, the base model with an optional supervised warm start
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SFTParams:
+    """One agent's supervised fine-tuning in the warm start (transformers' ``Trainer``; the loss is
+    the token mean over the agent's own tokens, the GRPO loss mask).
+
+    epochs: passes over the agent's reference trajectories.
+    max_steps: stop after this many optimizer steps (0 = run ``epochs``); sizes a CPU budget.
+    lr: AdamW peak learning rate.
+    lr_scheduler: decay after the warm-up: ``linear``, ``cosine`` or ``constant``.
+    warmup_ratio: share of the optimizer steps with a linear warm-up from 0 to ``lr``.
+    weight_decay: AdamW weight decay.
+    max_grad_norm: clip the global gradient norm to this before each update (0 = no clipping).
+    batch_size: sequences per forward/backward pass (padded to the longest; batches group similar
+        lengths).
+    grad_accum: forward/backward passes per optimizer step (a step sees ``batch_size * grad_accum``
+        sequences).
+    checkpoint_every: optimizer steps between resumable checkpoints (weights, optimizer, scheduler,
+        data order and RNG states).
+    keep_checkpoints: newest checkpoints kept on disk.
+    """
+
+    epochs: float = 1.0
+    max_steps: int = 0
+    lr: float = 5e-5
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "cosine"
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    batch_size: int = 8
+    grad_accum: int = 1
+    checkpoint_every: int = 20
+    keep_checkpoints: int = 1
+
+
+@dataclass(frozen=True)
+class WarmupParams:
+    """Stage ``warmup``: H_0 and L_0 (models/reason_0, models/search_0), the agents round 1 starts
+    from: the base model, fine-tuned first on reference trajectories of each agent when ``enabled``
+    (the CPU demo: a 135M model that has never seen the tag protocol learns it here instead of from
+    GRPO's sparse reward; the paper's recipe starts from the base model).
+
+    enabled: run the warm start (false: H_0 = L_0 = ``base_model`` as it is).
+    base_model: the model both agents start from (an embedded name, HF directory or hub id).
+    source: where the reference trajectories come from: ``world`` (the demo world's gold chains with
+        the real retriever's passages; needs demo-world claims) or ``teacher`` (``teacher`` plays both
+        agents on the training claims; kept only when its verdict matches the gold label).
+    prompt: the system prompts the warmed agents are trained with and keep using (recorded in their
+        checkpoints, read back wherever they run): ``short`` (the tags only; a quarter of the full
+        prompt's tokens in every later training step and rollout) or ``full`` (the base model's).
+    max_claims: training claims used (0 = all), a balanced subset by label and hops.
+    retrieval_mode: how the search references retrieve over ``index/`` (``bm25``, ``dense``, ``hybrid``).
+    top_k: passages per search (the agents' top-3).
+    max_tool_response_tokens: an injected ``<result>`` longer than this is cut in the middle, as in
+        the rollouts (match ``train.*.max_tool_response_tokens``).
+    max_length: prompt + response tokens of one example; longer trajectories are left out (counted).
+    teacher: the LLM that writes the references when ``source`` is ``teacher`` (GPT-4o at scale);
+        its ``max_tokens`` is the budget of each turn it writes.
+    teacher_samples: rollouts of the teacher per claim (each kept when its verdict is right).
+    teacher_temperature: the teacher's sampling temperature.
+    teacher_max_turns: questions the teacher's reasoning agent may ask (and searches per question).
+    precision: ``auto`` (bf16 only where the hardware computes it natively; see ``factrl.hardware``),
+        ``bf16`` or ``fp32``.
+    seed: seeds the claim subset, data order and everything random in training.
+    reasoning: the reasoning agent's fine-tuning (see :class:`SFTParams`).
+    search: the search agent's fine-tuning.
+    """
+
+    enabled: bool = False
+    base_model: str = "smollm2-135m"
+    source: Literal["world", "teacher"] = "world"
+    prompt: Literal["full", "short"] = "short"
+    max_claims: int = 0
+    retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    top_k: int = 3
+    max_tool_response_tokens: int = 192
+    max_length: int = 1024
+    teacher: TeacherParams = field(default_factory=lambda: TeacherParams(backend="openai", model="gpt-4o",
+                                                                         max_tokens=256))
+    teacher_samples: int = 1
+    teacher_temperature: float = 0.7
+    teacher_max_turns: int = 4
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    seed: int = 0
+    reasoning: SFTParams = field(default_factory=SFTParams)
+    search: SFTParams = field(default_factory=SFTParams)
 
 
 # --------------------------------------------------------------------------------------------
@@ -744,6 +833,7 @@ SECTIONS: dict[str, type] = {
     "curriculum": CurriculumParams,
     "rounds": RoundsParams,
     "synthesize": SynthesizeParams,
+    "warmup": WarmupParams,
     "evaluate": EvaluateParams,
     "train": TrainParams,
     "debate": DebateParams,

@@ -1,5 +1,6 @@
 """The training stages in the DVC graph: a learning-rate edit of one agent reruns only that agent's
-train stages and what follows them; the rounds chain as HARIS Algorithm 1.
+train stages and what follows them, a warm-start edit reruns ``warmup`` and everything after it;
+the rounds chain as HARIS Algorithm 1.
 
 Every stage's outputs are stand-in files recorded with ``dvc commit`` (the pipeline is up to date
 without running it), then a param edit and ``reproduce(dry=True)`` show which stages DVC would run.
@@ -68,7 +69,7 @@ def test_reasoning_lr_edit_reruns_only_train_reason_and_what_follows(committed_r
     # what can rerun after them is downstream of train_reason@1: the later rounds and evaluation,
     # never the data, index, curriculum, base models or round 1's synthesis / search training
     later = _downstream(committed_repo, changed)
-    untouched = {"prepare", "index", "curriculum", "base_models", "synthesize@1", "train_search@1"}
+    untouched = {"prepare", "index", "curriculum", "warmup", "synthesize@1", "train_search@1"}
     assert not untouched & (later | set(changed))
     if len(ids) > 1:
         assert {"synthesize@2", "train_search@2"} <= later
@@ -78,6 +79,19 @@ def test_search_lr_edit_reruns_train_search_only(committed_repo):
     ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"train": {"search": {"lr": 2e-6}}})
     assert _dry(committed_repo) == [f"train_search@{i}" for i in ids]
+
+
+def test_warmup_edit_reruns_warmup_and_what_follows_it_only(committed_repo):
+    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    edit_params(committed_repo, {"warmup": {"reasoning": {"lr": 3e-5}}})
+    assert _dry(committed_repo) == ["warmup"]
+    later = _downstream(committed_repo, ["warmup"])
+    # every round starts from H_0 / L_0 in the end; the data, index and curriculum stay as they are
+    assert {f"{stage}@{i}" for i in ids for stage in ("synthesize", "train_search", "train_reason")} <= later
+    assert "evaluate" in later
+    assert not {"prepare", "index", "curriculum"} & later
+    edit_params(committed_repo, {"warmup": {"enabled": False}})  # switching it off is a warmup edit too
+    assert _dry(committed_repo) == ["warmup"]
 
 
 def test_rounds_chain_as_algorithm_1(committed_repo):

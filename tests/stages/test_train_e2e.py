@@ -1,4 +1,4 @@
-"""The tiny profile end to end through `dvc repro`: prepare, index, curriculum, base models, two
+"""The tiny profile end to end through `dvc repro`: prepare, index, curriculum, warm start, two
 rounds of synthesize -> train_search -> train_reason, evaluate; a second repro is a no-op.
 
 Slow (real SmolLM2 in every stage, a Prefect fan-out in synthesis): minutes on 2 cores.
@@ -28,6 +28,13 @@ def test_tiny_profile_runs_end_to_end(tmp_path, repo_root, monkeypatch):
         assert {f"synthesize@{i}", f"train_search@{i}", f"train_reason@{i}"} <= set(ran)
     assert ran.index("train_search@1") < ran.index("train_reason@1") < ran.index("synthesize@2")
     assert ran[-1] == "evaluate"
+    assert ran.index("warmup") < ran.index("synthesize@1")  # round 1 starts from the warmed agents
+    warm = json.loads((repo / "warmup" / "summary.json").read_text())
+    assert warm["enabled"] and warm["sft"]["reasoning"]["steps"] == tiny["warmup"]["reasoning"]["max_steps"]
+    for agent in ("reason", "search"):
+        assert json.loads((repo / "models" / f"{agent}_0" / "config.json").read_text())["factrl_prompt"] == "short"
+        # the prompt style travels with the weights through GRPO's checkpoints
+        assert json.loads((repo / "models" / f"{agent}_2" / "config.json").read_text())["factrl_prompt"] == "short"
     for agent in ("search", "reason"):
         for r in (1, 2):
             assert (repo / "models" / f"{agent}_{r}" / "model.safetensors").exists()

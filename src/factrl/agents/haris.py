@@ -8,11 +8,19 @@ each question is answered by a full search-agent rollout (``<search>`` -> top-3 
 asking trajectory, and one scheduler (:func:`factrl.agents.loop.run_loops`) batches them all, so
 one code path serves inference, label synthesis and training. ``factrl verify "CLAIM"`` runs it
 from the command line.
+
+System prompts come in styles (:data:`PROMPTS`): ``full`` (rules and a worked example, what an
+untrained model needs) and ``short`` (the tags only, for agents that learned the protocol in the
+supervised warm start; a third of the tokens, so every training step and rollout costs less). The
+style belongs to the weights: a warm-started checkpoint records it in its config (``factrl_prompt``,
+carried along by every later ``save_pretrained``), and :func:`prompt_style` reads it back wherever an
+agent runs, so training, synthesis and evaluation always prompt a model the way it was trained.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,12 +78,49 @@ Question: Who founded Orlen Studios?
 <report>Orlen Studios was founded by Ilse Parrow; the company is based in Tessik.</report>"""
 
 
-def reasoning_messages(claim: str) -> list[Message]:
-    return [{"role": "system", "content": REASONING_SYSTEM}, {"role": "user", "content": f"Claim: {claim}"}]
+# The short style names the tags and nothing else: a warm-started agent learned the rest from its
+# reference trajectories (about 60 tokens against the full style's ~400 for the reasoning agent).
+REASONING_SHORT = """\
+Verify the claim. Think in <think> </think>. Ask a search assistant one self-contained question at a \
+time in <question> </question>; its findings come back in <result> </result>. End with \
+<verification>\\boxed{Support}</verification> or <verification>\\boxed{Refute}</verification>."""
+
+SEARCH_SHORT = """\
+Answer the question from an encyclopedia. Think in <think> </think>. Search with a short query in \
+<search> </search>; passages come back in <result> </result>. End with the answer and the facts \
+that back it in <report> </report>."""
+
+# style -> (reasoning agent's system prompt, search agent's system prompt)
+PROMPTS = {"full": (REASONING_SYSTEM, SEARCH_SYSTEM), "short": (REASONING_SHORT, SEARCH_SHORT)}
+PROMPT_KEY = "factrl_prompt"  # the model config key naming the style a checkpoint was trained with
 
 
-def search_messages(question: str) -> list[Message]:
-    return [{"role": "system", "content": SEARCH_SYSTEM}, {"role": "user", "content": f"Question: {question}"}]
+def _check_style(style: str) -> str:
+    if style not in PROMPTS:
+        raise ValueError(f"unknown prompt style {style!r}; known: {sorted(PROMPTS)}")
+    return style
+
+
+def prompt_style(llm) -> str:
+    """The system-prompt style ``llm``'s weights were trained with: ``factrl_prompt`` in the model's
+    config (a local engine's weights, or the ``config.json`` of the model directory an HTTP backend
+    serves under that name); ``full`` for any model without one (base models, hosted teachers)."""
+    config = getattr(getattr(llm, "model", None), "config", None)
+    style = getattr(config, PROMPT_KEY, None)
+    served = str(getattr(llm, "model_name", "") or "")
+    if style is None and served and (Path(served) / "config.json").is_file():
+        style = json.loads((Path(served) / "config.json").read_text(encoding="utf-8")).get(PROMPT_KEY)
+    return _check_style(style or "full")
+
+
+def reasoning_messages(claim: str, style: str = "full") -> list[Message]:
+    return [{"role": "system", "content": PROMPTS[_check_style(style)][0]},
+            {"role": "user", "content": f"Claim: {claim}"}]
+
+
+def search_messages(question: str, style: str = "full") -> list[Message]:
+    return [{"role": "system", "content": PROMPTS[_check_style(style)][1]},
+            {"role": "user", "content": f"Question: {question}"}]
 
 
 def default_reasoning_params(**kw) -> RolloutParams:
@@ -129,8 +174,9 @@ def _prompt_ids(llm, conversations: list[list[Message]]) -> list[list[int]]:
 
 def search_agent_loop(llm, question: str, retriever_tool: RetrieverTool, params: RolloutParams | None = None,
                       stream: int = 0) -> AgentLoop[SearchResult]:
-    """One search-agent rollout for ``question`` (top-k retrieval behind ``</search>``), as an agent loop."""
-    conv = search_messages(question)
+    """One search-agent rollout for ``question`` (top-k retrieval behind ``</search>``), as an agent loop,
+    prompted in the style ``llm`` was trained with."""
+    conv = search_messages(question, prompt_style(llm))
     ids = _prompt_ids(llm, [conv])
     traj = yield from agent_loop(llm, ids[0] if ids else None, conv, retriever_tool,
                                  params or default_search_params(), stream=stream)
@@ -161,7 +207,8 @@ class Haris:
 
     def verify(self, claims: list[str], n: int = 1) -> list[HarisResult]:
         """``n`` HARIS rollouts per claim (claim-major)."""
-        convs = [reasoning_messages(c) for c in claims]
+        style = prompt_style(self.reason_llm)
+        convs = [reasoning_messages(c, style) for c in claims]
         start = len(self.search_tool.history)
         trajs = run_rollouts(self.reason_llm, _prompt_ids(self.reason_llm, convs), self.search_tool,
                              self.reason_params, n=n, messages=convs)

@@ -16,6 +16,10 @@ these ids, so the mask and the log-probs are exact. When the engine returns the 
 id it sampled, the trajectory keeps them (``response_logprobs``, 0 at injected ids) for the trainer
 to measure and correct the engine/trainer gap.
 
+:func:`replay` builds the trajectory a rollout would produce for given reference turns (the supervised
+warm start trains on it), through the same loop, so its ids and loss mask are laid out exactly as a
+sampled rollout's.
+
 Chat-only backends (``complete_tokens`` raises :class:`~factrl.llm.base.TokensUnsupported`): the
 rollout becomes a conversation (assistant turn up to the action tag, the result as a user turn)
 and ids are reconstructed with ``tokenizer`` when one is given: the prompt through its chat template,
@@ -26,12 +30,14 @@ label synthesis, not token-level training. Without a tokenizer the id lists stay
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, CallTool, Generate, run_loops
 from factrl.agents.tools import Tool, open_tag
-from factrl.llm.base import Message, SamplingParams, TokensUnsupported
+from factrl.llm.base import Completion, Message, SamplingParams, TokensUnsupported
+from factrl.llm.models import encode_chat
 
 RESULT_OPEN = "\n<result>\n"
 RESULT_CLOSE = "\n</result>\n"
@@ -255,10 +261,7 @@ def _infer_stop(text: str, stops: Sequence[str]) -> str:
 
 def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: RolloutParams, stream: int,
                tokenizer) -> AgentLoop[Trajectory]:
-    ids = []
-    if tokenizer is not None:
-        ids = _encode(tokenizer, tokenizer.apply_chat_template(list(conversation), tokenize=False,
-                                                               add_generation_prompt=True))
+    ids = encode_chat(tokenizer, conversation) if tokenizer is not None else []
     s = _State(prompt=list(ids), conversation=list(conversation))
     stops = _stops(tool, params)
     turn = 0
@@ -335,3 +338,81 @@ def run_rollouts(
         for i in range(count) for j in range(n)
     ]
     return run_loops(loops)
+
+
+# --- replaying reference turns ----------------------------------------------------------------
+
+
+class _ScriptedPolicy:
+    """A backend that 'generates' the model turns of a reference trajectory, one per request."""
+
+    model_name = "reference"
+
+    def __init__(self, tokenizer, texts: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.texts = list(texts)
+
+    def complete_tokens(self, prompts, params: SamplingParams) -> list[list[Completion]]:
+        if len(self.texts) < len(prompts):
+            raise ValueError("the rollout asked for more model turns than the reference has")
+        texts, self.texts = self.texts[: len(prompts)], self.texts[len(prompts):]
+        return [[Completion(t, _encode(self.tokenizer, t), "stop")] for t in texts]
+
+
+class _ScriptedTool:
+    """A tool that answers with the env turns of a reference trajectory, in order."""
+
+    name = "reference"
+
+    def __init__(self, stop_tag: str, answers: Sequence[str]) -> None:
+        self.stop_tag = stop_tag
+        self.answers = list(answers)
+        self.queries: list[str] = []
+
+    def __call__(self, queries: list[str]) -> list[str]:
+        if len(self.answers) < len(queries):
+            raise ValueError("the rollout called its tool more often than the reference answers")
+        self.queries += queries
+        answers, self.answers = self.answers[: len(queries)], self.answers[len(queries):]
+        return answers
+
+
+def replay(tokenizer, prompt_ids: list[int], turns: Sequence[tuple[str, str]], params: RolloutParams,
+           stop_tag: str) -> Trajectory:
+    """The trajectory a rollout from ``prompt_ids`` produces when the policy writes exactly the
+    ``"model"`` turns of ``turns`` and the tool (``stop_tag``, e.g. ``</question>``) answers with the
+    ``"env"`` turns in between (raw answers: wrapped in ``<result>`` and cut to
+    ``params.max_tool_response_tokens`` here, as in a rollout).
+
+    The rollout loop itself lays out the ids, so the response prefix and every injected result have
+    loss mask 0 and the agent's own tokens mask 1, exactly as in a sampled rollout. The first model
+    turn starts with ``params.response_prefix`` (a rollout injects it; the reference writes it).
+    Raises ``ValueError`` when the turns do not alternate model / env, start and end with a model
+    turn, or do not fit ``params.max_context_tokens``.
+    """
+    roles = [r for r, _ in turns]
+    if not roles or roles[0] != "model" or roles[-1] != "model" or any(
+            a == b for a, b in zip(roles, roles[1:])) or set(roles) - {"model", "env"}:
+        raise ValueError(f"turns must alternate model / env, starting and ending with a model turn; got {roles}")
+    texts = [t for r, t in turns if r == "model"]
+    answers = [t for r, t in turns if r == "env"]
+    prefix = params.response_prefix
+    if not texts[0].startswith(prefix):
+        raise ValueError(f"the first model turn must start with the response prefix {prefix!r}")
+    texts[0] = texts[0][len(prefix):]
+    # a sampled turn ends right at its stop tag (the engine stops there): no trailing whitespace
+    texts = [t.rstrip() if t.rstrip().endswith((stop_tag,) + tuple(params.end_tags)) else t for t in texts]
+    for i, text in enumerate(texts[:-1]):
+        if not text.rstrip().endswith(stop_tag):
+            raise ValueError(f"model turn {i} is followed by a tool answer but does not end with {stop_tag}")
+    tool = _ScriptedTool(stop_tag, answers)
+    # one tool call per answer and no turn budget: the reference decides where the trajectory ends
+    budget = max(params.max_new_tokens, max(len(_encode(tokenizer, t)) for t in texts))
+    params = dataclasses.replace(params, max_turns=len(answers), max_new_tokens=budget)
+    [traj] = run_loops([agent_loop(_ScriptedPolicy(tokenizer, texts), list(prompt_ids), None, tool, params,
+                                   tokenizer=tokenizer)])
+    if traj.finish_reason == "length":
+        raise ValueError(f"the trajectory does not fit max_context_tokens={params.max_context_tokens}")
+    if tool.answers or traj.num_tool_calls != len(answers):
+        raise ValueError(f"the replay used {traj.num_tool_calls} of {len(answers)} tool answers")
+    return traj

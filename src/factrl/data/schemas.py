@@ -4,7 +4,8 @@ Every Parquet edge of the DVC graph has a schema here, and every reader validate
 (``validate``), so a bad row is reported by file, row and field before anything downstream runs.
 
 Kinds: claims, passages, questions / QA pairs (pseudo-labels), trajectories (rollouts with token
-ids and loss masks), metrics rows, and SC-MAKS's debate turns, consensus features and predictions.
+ids and loss masks), reference trajectories (the warm start's supervised targets), metrics rows,
+and SC-MAKS's debate turns, consensus features and predictions.
 """
 
 from __future__ import annotations
@@ -96,6 +97,29 @@ TRAJECTORIES = pa.schema(
     ]
 )
 
+# A reference trajectory of the supervised warm start (stage ``warmup``): what one agent should write
+# for one prompt, in its own tag protocol. ``turns`` alternate the agent's own text ("model", trained
+# on) and the raw tool answers it reads ("env": retrieved passages, search reports; wrapped in
+# <result> and cut to the rollout's limit when replayed, never trained on). One contract for both
+# sources: the demo world's gold chains and an LLM teacher's rejection-sampled rollouts.
+REFERENCES = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("agent", pa.string(), nullable=False),  # "reasoning" | "search"
+        pa.field("source", pa.string(), nullable=False),  # "world" | "teacher"
+        pa.field("claim_id", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),  # the claim (reasoning) or the question (search)
+        pa.field("label", pa.string()),  # the claim's gold label
+        pa.field("num_hops", pa.int32()),
+        pa.field("turns", pa.list_(TURN), nullable=False),
+        pa.field("verdict", pa.string()),  # reasoning: the verdict the trajectory reaches
+        pa.field("report", pa.string()),  # search: the report it ends with
+        pa.field("teacher_model", pa.string()),  # who wrote it (null for the world's gold chains)
+    ]
+)
+# Trajectories not kept for training, with why (wrong verdict, invalid format, retrieval miss, ...).
+REFERENCES_REJECTED = REFERENCES.append(pa.field("reason", pa.string(), nullable=False))
+
 METRICS = pa.schema(
     [
         pa.field("dataset", pa.string(), nullable=False),
@@ -167,6 +191,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "passages": PASSAGES,
     "qa_pairs": QA_PAIRS,
     "trajectories": TRAJECTORIES,
+    "references": REFERENCES,
     "metrics": METRICS,
     "debate_turns": DEBATE_TURNS,
     "consensus_features": CONSENSUS_FEATURES,

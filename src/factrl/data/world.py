@@ -104,6 +104,19 @@ RELATIONS = (
 )
 RELATION = {r.name: r for r in RELATIONS}
 
+
+
+def parse_hop_question(question: str) -> tuple[Relation, str] | None:
+    """The relation and subject of a hop's sub-question (the inverse of ``Relation.question``):
+    ``"Who founded Orlen Studios?"`` -> ``(RELATION["founded_by"], "Orlen Studios")``; None when the
+    question is not one of the world's templates."""
+    for rel in RELATIONS:
+        head, tail = rel.question.split("{x}")
+        if question.startswith(head) and question.endswith(tail) and len(question) > len(head) + len(tail):
+            return rel, question[len(head) : len(question) - len(tail)]
+    return None
+
+
 # "the film Kavelo": how the start entity of a claim is introduced.
 _TYPE_NOUN = {
     "person": "person",

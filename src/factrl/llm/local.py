@@ -34,7 +34,7 @@ from transformers import DynamicCache
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
-from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
+from factrl.llm.models import DEFAULT_POLICY, encode_chat, load_model_and_tokenizer
 
 
 def trim_at_stop(text: str, stop: Sequence[str], include_stop: bool) -> tuple[str, bool]:
@@ -359,8 +359,7 @@ class LocalLLM:
     # ---- protocol -------------------------------------------------------------------------
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
         """Token ids of a conversation rendered by the tokenizer's chat template, ready to continue."""
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_chat(self.tokenizer, messages)
 
     def chat(self, conversations: Sequence[Sequence[Message]], params: SamplingParams) -> list[list[Completion]]:
         return self.complete_tokens([self.encode_chat(c) for c in conversations], params)

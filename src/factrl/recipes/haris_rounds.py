@@ -132,7 +132,8 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
     answered by the search agent behind ``search_tool`` (its report injected, loss mask 0)."""
 
     def rollout(items: list[dict], n: int) -> list:
-        convs = [haris.reasoning_messages(it["claim"]) for it in items]
+        style = haris.prompt_style(llm)
+        convs = [haris.reasoning_messages(it["claim"], style) for it in items]
         return run_rollouts(llm, [llm.encode_chat(c) for c in convs], search_tool, params, n=n, messages=convs)
 
     return rollout

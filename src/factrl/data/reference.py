@@ -1,0 +1,262 @@
+"""Reference trajectories for the supervised warm start (stage ``warmup``): what each HARIS agent
+should write, in its own tag protocol, as rows of :data:`factrl.data.schemas.REFERENCES`.
+
+Two sources, one contract:
+
+* :func:`world_references`: the demo world's gold chains. For each training claim the reasoning
+  agent asks the chain's sub-questions in order; each names the bridge entity the answer before
+  it revealed (never one it has not found yet), reads a report stating the fact, restates the fact
+  it learned and ends with the verdict against the claimed final entity. For each sub-question the
+  search agent searches with the real retriever, reads the real top-k passages and reports the
+  fact; a search whose passages miss the gold passage is rejected (``retrieval_miss``), so no
+  reference report states a fact its passages do not hold. Deterministic given the claims and the
+  index.
+* :func:`teacher_references`: an LLM teacher (GPT-4o at scale, any OpenAI-compatible model) plays
+  both agents through :class:`factrl.agents.haris.Haris` over the real retriever. Rejection
+  sampling: a claim's trajectories are kept only when the agents' own parser finds a valid format
+  and the verdict equals the gold label; everything else is returned as rejected, with the reason.
+
+Model turns are the agent's own text (the first opens with ``<think>``, the response prefix rollouts
+inject); env turns are the raw tool answers. :func:`factrl.agents.rollout.replay` turns a row into
+token ids and the loss mask of a rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from factrl.agents.protocol import parse_reasoning, parse_search
+from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN
+from factrl.agents.tools import RetrieverTool, format_hits
+from factrl.data.schemas import DataError
+from factrl.data.world import parse_hop_question
+
+WORLD = "world"
+TEACHER = "teacher"
+THINK = "<think>"  # every agent response opens with it (the rollouts' response prefix)
+VERDICT_BOX = {"SUPPORTS": "\\boxed{Support}", "REFUTES": "\\boxed{Refute}"}
+
+
+def _turns(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"role": role, "text": text} for role, text in pairs]
+
+
+def _row(rid: str, agent: str, source: str, claim: dict, prompt: str, turns: list[dict], *, verdict=None,
+         report=None, teacher_model=None, reason: str | None = None) -> dict:
+    row = {"id": rid, "agent": agent, "source": source, "claim_id": claim["id"], "prompt": prompt,
+           "label": claim.get("label"), "num_hops": claim.get("num_hops"), "turns": turns, "verdict": verdict,
+           "report": report, "teacher_model": teacher_model}
+    return row if reason is None else row | {"reason": reason}
+
+
+# --------------------------------------------------------------------------------------------
+# the demo world's gold chains
+# --------------------------------------------------------------------------------------------
+
+
+def _chain(claim: dict) -> list[tuple] | None:
+    """``[(relation, subject, answer, gold passage ids)]`` per hop, or None when a hop question is
+    not one of the world's templates or a hop's subject is not the answer found before it."""
+    hops = []
+    for k, hop in enumerate(claim.get("hops") or []):
+        parsed = parse_hop_question(hop["question"])
+        if parsed is None or (k and parsed[1] != hops[-1][2]):
+            return None
+        hops.append((parsed[0], parsed[1], hop["answer"], list(hop["passage_ids"] or [])))
+    return hops or None
+
+
+def _fact(rel, subject: str, answer: str) -> str:
+    """What one hop establishes, as a sentence: ``Orlen Studios was founded by Ilse Parrow.``"""
+    return f"{subject} {rel.predicate} {answer}."
+
+
+def _claimed_end(claim: str, rel) -> str | None:
+    """The final entity the claim states (it ends with ``<predicate> <name>.``)."""
+    marker = f" {rel.predicate} "
+    at = claim.rfind(marker)
+    return claim[at + len(marker):].removesuffix(".").strip() if at >= 0 else None
+
+
+def reasoning_turns(claim: dict, chain: list[tuple], claimed: str) -> tuple[list[dict], str]:
+    """The reasoning agent's reference turns for ``claim`` along its gold ``chain``, and the verdict.
+
+    It plans the chain without naming a bridge, asks one sub-question per hop (each names the
+    entity the previous report revealed), restates each fact it learns so the next question can
+    copy the bridge, and compares the chain's end with the ``claimed`` entity.
+    """
+    (rel0, start, _, _), rest = chain[0], chain[1:]
+    plan = [f"the {rel0.noun} of {start}"] + [f"that {prev[0].dst}'s {rel.noun}" for prev, (rel, *_) in zip(chain, rest)]
+    pairs: list[tuple[str, str]] = []
+    opening = f"{THINK}I need {', then '.join(plan)}.</think>"
+    for k, (rel, subject, answer, _) in enumerate(chain):
+        question = rel.question.format(x=subject)
+        pairs.append(("model", f"{opening}\n<question>{question}</question>"))
+        pairs.append(("env", _fact(rel, subject, answer)))
+        opening = f"{THINK}{_fact(rel, subject, answer)}</think>"
+    rel, subject, gold, _ = chain[-1]
+    verdict = "SUPPORTS" if claimed == gold else "REFUTES"
+    comparison = "as the claim says" if verdict == "SUPPORTS" else f"not {claimed}"
+    pairs.append(("model", f"{THINK}{subject} {rel.predicate} {gold}, {comparison}.</think>\n"
+                           f"<verification>{VERDICT_BOX[verdict]}</verification>"))
+    return _turns(*pairs), verdict
+
+
+def _search_queries(rel, subject: str) -> tuple[str, str]:
+    """The queries the reference search agent may write, best first: names and a key word, then
+    the name alone (the passage's title)."""
+    return f"{subject} {rel.noun}", subject
+
+
+def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> tuple[list[dict], list[dict]]:
+    """Reference trajectories of both agents from the demo world's gold chains: ``(kept, rejected)``
+    rows of REFERENCES / REFERENCES_REJECTED (see the module docstring).
+
+    Claims whose chain cannot be read from their hops (not demo-world claims) or whose label
+    disagrees with the chain are rejected whole (``no_chain``, ``label_mismatch``). A sub-question
+    asked by several claims gets one search reference (the first claim's). Every search goes through
+    ``retriever_tool`` in one batched call.
+    """
+    kept: list[dict] = []
+    rejected: list[dict] = []
+    searches: list[tuple[dict, int, tuple]] = []  # (claim, hop index, hop) of every new sub-question
+    asked: set[str] = set()
+    for claim in claims:
+        chain = _chain(claim)
+        if chain is None:
+            rejected.append(_row(f"{claim['id']}:reasoning", "reasoning", WORLD, claim, claim["claim"], [],
+                                 reason="no_chain"))
+            continue
+        claimed = _claimed_end(claim["claim"], chain[-1][0])
+        turns, verdict = reasoning_turns(claim, chain, claimed or "")
+        row = _row(f"{claim['id']}:reasoning", "reasoning", WORLD, claim, claim["claim"], turns, verdict=verdict)
+        if not claimed or verdict != claim["label"]:
+            rejected.append(row | {"reason": "label_mismatch"})
+            continue
+        kept.append(row)
+        for k, hop in enumerate(chain):
+            question = hop[0].question.format(x=hop[1])
+            if question not in asked:
+                asked.add(question)
+                searches.append((claim, k, hop))
+    queries = [q for _, _, (rel, subject, _, _) in searches for q in _search_queries(rel, subject)]
+    hits = retriever_tool.search(queries)
+    per_hop = len(queries) // max(len(searches), 1)
+    for i, (claim, k, (rel, subject, answer, gold_ids)) in enumerate(searches):
+        tried = list(zip(_search_queries(rel, subject), hits[i * per_hop:(i + 1) * per_hop]))
+        # the first query whose passages hold the gold passage; else the first one, rejected
+        query, found = next(((q, h) for q, h in tried if {x.id for x in h} & set(gold_ids)), (tried[0][0], None))
+        fact = _fact(rel, subject, answer)
+        passages = format_hits(found if found is not None else tried[0][1])
+        turns = _turns(("model", f"{THINK}I will look up {subject}.</think>\n<search>{query}</search>"),
+                       ("env", passages), ("model", f"<report>{fact}</report>"))
+        row = _row(f"{claim['id']}:search:{k}", "search", WORLD, claim, rel.question.format(x=subject), turns,
+                   report=fact)
+        if found is None or answer not in passages:
+            rejected.append(row | {"reason": "retrieval_miss"})
+        else:
+            kept.append(row)
+    return kept, rejected
+
+
+# --------------------------------------------------------------------------------------------
+# an LLM teacher, rejection-sampled
+# --------------------------------------------------------------------------------------------
+
+
+def reference_turns(trajectory) -> list[dict]:
+    """A rollout's response as reference turns: the agent's own text and the raw tool answers.
+
+    Text injected before the agent's first turn (the response prefix of token-level rollouts) joins
+    that turn, so the reference opens with ``<think>`` whichever backend wrote it; each injected
+    result becomes the tool's raw answer (``trajectory.results``), not its wrapped, cut text.
+    """
+    turns: list[dict] = []
+    prefix = ""
+    answers = iter(trajectory.results)
+    for role, text in trajectory.turns:
+        if role == "model":
+            turns.append({"role": "model", "text": (prefix + text) if not turns else text})
+            prefix = ""
+        elif not turns:
+            prefix += text
+        else:
+            turns.append({"role": "env", "text": next(answers)})
+    if turns:
+        turns[0]["text"] = turns[0]["text"].lstrip()
+    return turns
+
+
+def _teacher_problem(turns: list[dict], parse) -> str | None:
+    """Why a teacher trajectory cannot be a reference (None when it can)."""
+    if not parse.format_valid:
+        return "format_invalid"
+    if not turns or not turns[0]["text"].startswith(THINK):
+        return "no_think_opening"  # rollouts inject <think> first: a reference must open with it
+    return None
+
+
+def teacher_references(claims: Sequence[dict], teacher, retriever_tool: RetrieverTool, *, reason_params,
+                       search_params, samples: int = 1) -> tuple[list[dict], list[dict]]:
+    """``samples`` HARIS rollouts per claim with ``teacher`` as both agents, rejection-sampled:
+    ``(kept, rejected)`` rows of REFERENCES / REFERENCES_REJECTED.
+
+    A reasoning trajectory is kept when its format is valid, it opens with ``<think>`` and its verdict
+    equals the claim's gold label (else ``format_invalid``, ``no_think_opening``, ``wrong_verdict``);
+    the search trajectories behind its questions are kept when their own format is valid (else
+    ``format_invalid``, or ``claim_rejected`` when the claim's verdict was not kept).
+    """
+    from factrl.agents.haris import Haris
+
+    agent = Haris(teacher, retriever_tool, search_llm=teacher, reason_params=reason_params,
+                  search_params=search_params)
+    results = agent.verify([c["claim"] for c in claims], n=samples)
+    model = getattr(teacher, "model_name", None)
+    kept: list[dict] = []
+    rejected: list[dict] = []
+    for i, res in enumerate(results):
+        claim, j = claims[i // samples], i % samples
+        turns = reference_turns(res.trajectory)
+        problem = _teacher_problem(turns, res.parse)
+        if problem is None and res.verdict != claim["label"]:
+            problem = "wrong_verdict"
+        row = _row(f"{claim['id']}:reasoning:{j}", "reasoning", TEACHER, claim, claim["claim"], turns,
+                   verdict=res.verdict, teacher_model=model)
+        (kept if problem is None else rejected).append(row if problem is None else row | {"reason": problem})
+        for k, search in enumerate(res.searches):
+            if search is None:
+                continue
+            s_turns = reference_turns(search.trajectory)
+            s_problem = "claim_rejected" if problem is not None else _teacher_problem(s_turns, search.parse)
+            s_row = _row(f"{claim['id']}:search:{j}.{k}", "search", TEACHER, claim, search.question, s_turns,
+                         report=search.report, teacher_model=model)
+            (kept if s_problem is None else rejected).append(
+                s_row if s_problem is None else s_row | {"reason": s_problem})
+    return kept, rejected
+
+
+def check_reference(row: dict) -> str | None:
+    """Why a REFERENCES row is not a well-formed trajectory of its agent (None when it is): the
+    agents' own parser on its text, the ``<think>`` opening, and model / env alternation."""
+    turns = row["turns"] or []
+    roles = [t["role"] for t in turns]
+    if not roles or roles[0] != "model" or roles[-1] != "model" or any(a == b for a, b in zip(roles, roles[1:])):
+        return f"turns must alternate model / env, starting and ending with a model turn (got {roles})"
+    if not turns[0]["text"].startswith(THINK):
+        return f"the first model turn must open with {THINK}"
+    text = "".join(t["text"] if t["role"] == "model" else RESULT_OPEN + t["text"] + RESULT_CLOSE for t in turns)
+    if row["agent"] == "reasoning":
+        parse = parse_reasoning(text)
+    elif row["agent"] == "search":
+        parse = parse_search(text)
+    else:
+        return f"unknown agent {row['agent']!r} (expected reasoning or search)"
+    return None if parse.format_valid else f"invalid {row['agent']} format: {parse.error}"
+
+
+def validate_references(rows: Sequence[dict], file: str) -> None:
+    """Raise :class:`DataError` naming the first row of ``file`` that :func:`check_reference` rejects."""
+    for i, row in enumerate(rows):
+        problem = check_reference(row)
+        if problem is not None:
+            raise DataError(file, i, "turns", problem)

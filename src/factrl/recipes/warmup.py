@@ -1,0 +1,204 @@
+"""The warm start (stage ``warmup``): H_0 and L_0, the agents HARIS round 1 starts from.
+
+Off (the paper's recipe), both agents are the base model as it is. On (the CPU demo), each agent is
+the base model fine-tuned on reference trajectories of its own role (``factrl.data.reference``: the
+demo world's gold chains, or an LLM teacher's rollouts kept when their verdict is right)::
+
+    references (REFERENCES rows) --replay, agent's prompt style--> examples (ids, labels -100 where
+    the GRPO loss mask is 0) --transformers Trainer--> models/reason_0, models/search_0
+
+Each reference is replayed through the rollout loop (:func:`factrl.agents.rollout.replay`) under
+the system prompt the warmed agent will keep (``warmup.prompt``), so its ids, truncated results
+and loss mask are what a GRPO rollout of the same text holds. The style is saved in the
+checkpoint's config (:data:`factrl.agents.haris.PROMPT_KEY`), which every later stage reads back.
+
+A killed run resumes: the fine-tuning from its Trainer checkpoints (kept while the fingerprint of
+params, base weights and examples matches, as the GRPO stages do), the teacher's rollouts from
+per-chunk files in the factrl cache (paid calls are not repeated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from factrl.agents import haris
+from factrl.agents.rollout import replay
+from factrl.agents.tools import RetrieverTool
+from factrl.config import WarmupParams
+from factrl.data import reference
+from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
+from factrl.io import write_json
+from factrl.llm.models import encode_chat
+from factrl.recipes.haris_rounds import checkpoint_of, fingerprint, prepare_state_dir, save_model
+from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
+
+AGENTS = ("reasoning", "search")
+MODEL_NAMES = {"reasoning": "reason", "search": "search"}  # models/reason_0, models/search_0
+TEACHER_CHUNK = 32  # claims per resumable chunk of teacher rollouts
+
+
+# --------------------------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------------------------
+
+
+def teacher_references_resumable(claims: list[dict], teacher, retriever_tool: RetrieverTool, params: WarmupParams,
+                                 work_dir: Path) -> tuple[list[dict], list[dict]]:
+    """:func:`factrl.data.reference.teacher_references` chunk by chunk, each chunk's rows saved in
+    ``work_dir`` (keyed by the teacher, its settings and the chunk's claims), so a rerun after a kill
+    asks the teacher only about the claims it had not finished."""
+    sampling = {"temperature": params.teacher_temperature, "seed": params.seed, "max_turns": params.teacher_max_turns,
+                "max_new_tokens": params.teacher.max_tokens, "max_tool_response_tokens": params.max_tool_response_tokens}
+    settings = {"teacher": dataclasses.asdict(params.teacher), "samples": params.teacher_samples, "top_k": params.top_k,
+                "retrieval_mode": params.retrieval_mode, **sampling}
+    kept: list[dict] = []
+    rejected: list[dict] = []
+    for start in range(0, len(claims), TEACHER_CHUNK):
+        chunk = claims[start:start + TEACHER_CHUNK]
+        key = hashlib.sha256(json.dumps([settings, [c["id"] for c in chunk]], sort_keys=True).encode()).hexdigest()
+        path = work_dir / f"teacher-{key[:24]}.json"
+        if path.exists():
+            done = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            k, r = reference.teacher_references(
+                chunk, teacher, retriever_tool, samples=params.teacher_samples,
+                reason_params=haris.default_reasoning_params(**sampling),
+                search_params=haris.default_search_params(**sampling))
+            done = {"kept": k, "rejected": r}
+            write_json(done, path)
+        kept += done["kept"]
+        rejected += done["rejected"]
+        print(f"warmup: teacher rollouts on {min(start + TEACHER_CHUNK, len(claims))}/{len(claims)} claims, "
+              f"{sum(r['agent'] == 'reasoning' for r in kept)} reasoning references kept", flush=True)
+    return kept, rejected
+
+
+# --------------------------------------------------------------------------------------------
+# examples
+# --------------------------------------------------------------------------------------------
+
+
+def _agent_setup(agent: str, style: str, params: WarmupParams) -> tuple[Callable, object, str]:
+    """(messages of a prompt, rollout params, tool stop tag) of ``agent`` as its rollouts use them."""
+    limits = {"max_context_tokens": params.max_length, "max_tool_response_tokens": params.max_tool_response_tokens}
+    if agent == "reasoning":
+        return (lambda p: haris.reasoning_messages(p, style)), haris.default_reasoning_params(**limits), "</question>"
+    if agent == "search":
+        return (lambda p: haris.search_messages(p, style)), haris.default_search_params(**limits), "</search>"
+    raise ValueError(f"unknown agent {agent!r}; expected one of {AGENTS}")
+
+
+def agent_examples(rows: Sequence[dict], agent: str, tokenizer, params: WarmupParams) -> tuple[list[dict], Counter]:
+    """The fine-tuning examples of ``agent``'s reference rows (:func:`factrl.rl.sft.sft_example` of
+    each row's replayed trajectory under the warmed prompt style), and the rows left out by reason
+    (``too_long``: beyond ``max_length`` tokens)."""
+    messages, rollout_params, stop_tag = _agent_setup(agent, params.prompt, params)
+    examples: list[dict] = []
+    left_out: Counter = Counter()
+    for row in rows:
+        if row["agent"] != agent:
+            continue
+        turns = [(t["role"], t["text"]) for t in row["turns"]]
+        try:
+            traj = replay(tokenizer, encode_chat(tokenizer, messages(row["prompt"])), turns, rollout_params, stop_tag)
+        except ValueError as exc:
+            if "max_context_tokens" not in str(exc):
+                raise ValueError(f"reference {row['id']}: {exc}") from None
+            left_out["too_long"] += 1
+            continue
+        examples.append(sft_example(traj) | {"id": row["id"]})
+    return examples, left_out
+
+
+def examples_digest(examples: Sequence[dict]) -> str:
+    h = hashlib.sha256()
+    for e in examples:
+        h.update(json.dumps([e["input_ids"], e["labels"]]).encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# the agents
+# --------------------------------------------------------------------------------------------
+
+
+def save_base_agents(base_model: str, models_dir: Path, round_id: int = 0) -> None:
+    """H_0 = L_0 = ``base_model`` as it is (the warm start off)."""
+    from factrl.llm.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(base_model)
+    for agent in AGENTS:
+        save_model(model, tokenizer, models_dir / checkpoint_of(MODEL_NAMES[agent], round_id).name,
+                   {"agent": agent, "base_model": base_model, "warm_start": False})
+
+
+def warm_agent(agent: str, rows: Sequence[dict], params: WarmupParams, *, state_dir: Path, out_model: Path,
+               loss_path: Path, model_tokenizer: tuple | None = None) -> tuple[SFTResult, Counter]:
+    """Fine-tune the base model on ``agent``'s references into ``out_model`` (prompt style recorded
+    in its config); the per-step losses go to ``loss_path`` (CSV). Resumes from ``state_dir``."""
+    from factrl.llm.models import load_model_and_tokenizer
+
+    model, tokenizer = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(params.base_model)
+    examples, left_out = agent_examples(rows, agent, tokenizer, params)
+    if not examples:
+        raise ValueError(f"warmup: no {agent} reference fits max_length={params.max_length}; nothing to train on")
+    cfg = getattr(params, agent)
+    digest = fingerprint(cfg, params.base_model, [], {
+        "agent": agent, "examples": examples_digest(examples), "seed": params.seed, "precision": params.precision})
+    prepare_state_dir(state_dir, digest)
+    result = train_sft(model, tokenizer, [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in examples],
+                       cfg, state_dir / "trainer", seed=params.seed, precision=params.precision)
+    loss_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(state_dir / "trainer" / LOSS_FILE, loss_path)
+    setattr(model.config, haris.PROMPT_KEY, params.prompt)
+    save_model(model, tokenizer, out_model, {
+        "agent": agent, "base_model": params.base_model, "warm_start": True, "source": params.source,
+        "prompt": params.prompt, "examples": len(examples), "steps": result.steps, "final_loss": result.final_loss,
+        "params": dataclasses.asdict(cfg)})
+    shutil.rmtree(state_dir / "trainer", ignore_errors=True)  # the model is the result
+    return result, left_out
+
+
+def sft_summary(result: SFTResult, left_out: Counter) -> dict:
+    out = {k: v for k, v in dataclasses.asdict(result).items() if k != "losses"}
+    return out | {"left_out": dict(left_out)}
+
+
+def references_tables(kept: list[dict], rejected: list[dict]) -> tuple[pa.Table, pa.Table]:
+    return (pa.Table.from_pylist(kept, schema=REFERENCES), pa.Table.from_pylist(rejected, schema=REFERENCES_REJECTED))
+
+
+def reference_counts(kept: list[dict], rejected: list[dict]) -> dict:
+    """How many references each agent got and why the others were rejected."""
+    return {
+        "references": {a: sum(r["agent"] == a for r in kept) for a in AGENTS},
+        "rejected": {"total": len(rejected),
+                     "by_agent": {a: sum(r["agent"] == a for r in rejected) for a in AGENTS},
+                     "by_reason": dict(sorted(Counter(r["reason"] for r in rejected).items()))},
+    }
+
+
+def warm_start(kept: list[dict], params: WarmupParams, *, state_dir: Path, models_dir: Path,
+               loss_dir: Path) -> dict:
+    """Both agents fine-tuned on their references (``kept``); returns the per-agent summaries."""
+    out = {}
+    for agent in AGENTS:
+        start = time.perf_counter()
+        name = MODEL_NAMES[agent]
+        result, left_out = warm_agent(agent, kept, params, state_dir=state_dir / name,
+                                      out_model=models_dir / checkpoint_of(name, 0).name,
+                                      loss_path=loss_dir / f"loss_{agent}.csv")
+        out[agent] = sft_summary(result, left_out) | {"stage_wall_s": time.perf_counter() - start}
+        print(f"warmup: {agent} agent {result.steps} steps on {result.examples} examples, loss "
+              f"{result.first_loss:.3f} -> {result.final_loss:.3f}, {result.tokens_per_s:.1f} tokens/s "
+              f"({result.precision})", flush=True)
+    return out

@@ -1,0 +1,195 @@
+"""Supervised fine-tuning on agent trajectories with the GRPO loss mask: the warm start's trainer.
+
+An example is one trajectory laid out as a rollout lays it out (:func:`factrl.agents.rollout.replay`):
+``prompt_ids + response_ids`` as input, and as labels the response ids whose loss mask is 1 (what
+the agent wrote), -100 everywhere else (the prompt, the response prefix, every injected
+``<result>``: retrieved passages and search reports). So the warm start trains exactly the tokens
+GRPO trains later, and nothing the environment wrote.
+
+Training is transformers' :class:`~transformers.Trainer`, with one change: the loss
+(:class:`MaskedLMTrainer`) runs the output layer only at positions that predict a trained token
+(the model's ``logits_to_keep``), not over the prompt, whose logits no loss reads (the
+49k-word output layer is a fifth of SmolLM2's compute per token, and its logits most of the
+activation memory). The loss is the cross-entropy summed over trained tokens and divided by the
+trained tokens of the whole optimizer step (a token mean, as GRPO's), with AdamW, warm-up and
+decay, gradient clipping, bf16 autocast where
+:mod:`factrl.hardware` says the hardware computes it natively, seeded data order, and checkpoints
+every ``checkpoint_every`` steps that a killed run resumes from (weights, optimizer, scheduler,
+data position, RNG states). Batches group sequences of similar length and are right-padded, so
+positions count real tokens as in generation.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from factrl.config import SFTParams
+from factrl.hardware import resolve_device, use_bf16
+from factrl.io import atomic_path
+
+IGNORE_INDEX = -100  # the label of a token that gets no loss (the causal LMs' ignore_index)
+LOSS_FILE = "loss.csv"
+
+
+def sft_example(trajectory) -> dict[str, list[int]]:
+    """``{input_ids, labels}`` of one trajectory (anything with ``prompt_ids``, ``response_ids``
+    and ``loss_mask``): labels are the response ids of loss-mask-1 tokens, -100 elsewhere."""
+    prompt, response, mask = list(trajectory.prompt_ids), list(trajectory.response_ids), list(trajectory.loss_mask)
+    if len(mask) != len(response):
+        raise ValueError(f"loss_mask has {len(mask)} entries for {len(response)} response ids")
+    labels = [IGNORE_INDEX] * len(prompt) + [t if m else IGNORE_INDEX for t, m in zip(response, mask)]
+    return {"input_ids": prompt + response, "labels": labels}
+
+
+def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad ``b`` examples into ``input_ids`` / ``attention_mask`` / ``labels`` ``[b, T]``
+    (padding: ``pad_id``, mask 0, label -100)."""
+    width = max(len(f["input_ids"]) for f in features)
+    ids, attn, labels = [], [], []
+    for f in features:
+        pad = width - len(f["input_ids"])
+        ids.append(list(f["input_ids"]) + [pad_id] * pad)
+        attn.append([1] * len(f["input_ids"]) + [0] * pad)
+        labels.append(list(f["labels"]) + [IGNORE_INDEX] * pad)
+    return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn), "labels": torch.tensor(labels)}
+
+
+def masked_lm_loss(model, inputs: dict[str, torch.Tensor], num_items: int | torch.Tensor | None = None) -> torch.Tensor:
+    """Summed next-token cross-entropy over the labelled tokens of ``inputs`` (``input_ids``,
+    ``attention_mask``, ``labels`` ``[b, T]``), divided by ``num_items`` (default: their count).
+
+    Logits ``[b, K, V]`` are computed only at the ``K`` positions whose next token has a label in
+    some row (``logits_to_keep`` as an index tensor), so the prompt costs no output layer.
+    """
+    target = inputs["labels"][:, 1:]  # position p predicts token p + 1
+    keep = (target != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], logits_to_keep=keep,
+                   use_cache=False).logits
+    target = target[:, keep]
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                             ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss / (num_items if num_items is not None else (target != IGNORE_INDEX).sum())
+
+
+def _masked_lm_trainer():
+    from transformers import Trainer
+
+    class MaskedLMTrainer(Trainer):
+        """transformers' Trainer with :func:`masked_lm_loss` (already normalised over the whole
+        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step)."""
+
+        loss_is_scaled_for_ga = True
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.model_accepts_loss_kwargs = True  # so the Trainer counts num_items_in_batch for every model
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = masked_lm_loss(model, inputs, num_items_in_batch)
+            return (loss, None) if return_outputs else loss
+
+    return MaskedLMTrainer
+
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, examples: Sequence[dict]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.examples[i]
+
+
+@dataclass
+class SFTResult:
+    """What one fine-tuning run did (the stage's summary reports it)."""
+
+    examples: int
+    steps: int
+    tokens: int  # non-padding input tokens the run processed (all epochs, this session and before)
+    trained_tokens: int  # tokens with a label in one pass over the examples
+    wall_s: float  # this session's training time
+    tokens_per_s: float  # non-padding tokens per second of this session
+    first_loss: float | None
+    final_loss: float | None
+    resumed_from: int | None  # the step a killed run resumed from
+    precision: str
+    losses: list[dict] = field(default_factory=list)  # {step, loss, lr} per optimizer step
+
+
+def _args(cfg: SFTParams, out_dir: Path, *, seed: int, bf16: bool, cpu: bool):
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        num_train_epochs=cfg.epochs, max_steps=cfg.max_steps if cfg.max_steps > 0 else -1,
+        learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler if cfg.lr_scheduler != "constant"
+        else "constant_with_warmup", warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm, seed=seed, data_seed=seed, bf16=bf16, use_cpu=cpu,
+        train_sampling_strategy="group_by_length", save_strategy="steps", save_steps=cfg.checkpoint_every,
+        save_total_limit=cfg.keep_checkpoints, save_only_model=False, logging_strategy="steps", logging_steps=1,
+        include_num_input_tokens_seen="non_padding", remove_unused_columns=False, report_to="none",
+        disable_tqdm=True, dataloader_pin_memory=False, dataloader_num_workers=0,
+    )
+
+
+def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_dir: str | Path, *,
+              seed: int = 0, precision: str = "auto", callbacks: Sequence = ()) -> SFTResult:
+    """Fine-tune ``model`` in place on ``examples`` (:func:`sft_example` dicts); checkpoints go to
+    ``out_dir``, and a run restarted on the same ``out_dir`` resumes from the newest one.
+
+    The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr). ``callbacks``
+    are transformers ``TrainerCallback`` objects (progress logs, tests).
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not examples:
+        raise ValueError("no examples to fine-tune on")
+    if any(all(x == IGNORE_INDEX for x in e["labels"]) for e in examples):
+        raise ValueError("an example has no trained token (every label is -100)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device if any(True for _ in model.parameters()) else resolve_device()
+    bf16 = use_bf16(precision, device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    last = get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+    args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
+    trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
+                                   data_collator=lambda f: collate(f, pad_id), callbacks=list(callbacks))
+    start = time.perf_counter()
+    tokens_before = 0
+    if last is not None:
+        from transformers import TrainerState
+
+        tokens_before = TrainerState.load_from_json(str(Path(last) / "trainer_state.json")).num_input_tokens_seen
+    trainer.train(resume_from_checkpoint=last)
+    wall = time.perf_counter() - start
+    model.eval()
+    state = trainer.state
+    losses = [{"step": h["step"], "loss": h["loss"], "lr": h.get("learning_rate")}
+              for h in state.log_history if "loss" in h]
+    _write_losses(losses, out_dir / LOSS_FILE)
+    tokens = int(state.num_input_tokens_seen)
+    return SFTResult(
+        examples=len(examples), steps=int(state.global_step), tokens=tokens,
+        trained_tokens=sum(sum(x != IGNORE_INDEX for x in e["labels"]) for e in examples),
+        wall_s=wall, tokens_per_s=(tokens - tokens_before) / wall if wall > 0 else 0.0,
+        first_loss=losses[0]["loss"] if losses else None, final_loss=losses[-1]["loss"] if losses else None,
+        resumed_from=int(Path(last).name.rsplit("-", 1)[-1]) if last else None,
+        precision="bf16" if bf16 else "fp32", losses=losses)
+
+
+def _write_losses(rows: list[dict], path: Path) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["step", "loss", "lr"])
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,112 @@
+"""The warm start's fine-tuning (transformers' Trainer with the GRPO loss mask): padding, resuming
+after a kill, and a real SmolLM2 run whose loss falls and whose checkpoint keeps its prompt style."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from factrl.rl.sft import IGNORE_INDEX, collate, masked_lm_loss
+from tests.rl.tiny_sft import examples, run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_collate_right_pads_inputs_and_ignores_the_padding():
+    batch = collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+
+
+def test_masked_lm_loss_equals_the_models_own_loss(tiny, tok):
+    """Logits only where a trained token is predicted: the same token-mean loss as the full forward."""
+    batch = collate(examples(tok)[:4], pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        full = tiny(**batch).loss
+        ours = masked_lm_loss(tiny, batch)
+    assert torch.allclose(ours, full, atol=1e-5), (float(ours), float(full))
+    n = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    assert torch.allclose(masked_lm_loss(tiny, batch, num_items=2 * n), full / 2, atol=1e-5)
+
+
+def _final(out_dir: Path) -> dict:
+    return load_file(str(out_dir / "final" / "model.safetensors"))
+
+
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, tok):
+    straight = tmp_path / "straight"
+    result, _ = run(str(straight))
+    assert result.steps == 4 and result.resumed_from is None and len(result.losses) == 4
+    assert result.trained_tokens == sum(sum(x != IGNORE_INDEX for x in e["labels"]) for e in examples(tok))
+    assert result.tokens == 2 * sum(len(e["input_ids"]) for e in examples(tok))  # 2 epochs, padding not counted
+
+    killed = tmp_path / "killed"
+    # the worktree's src first, so the subprocess imports this factrl, not an installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    cmd = [sys.executable, "-m", "tests.rl.tiny_sft", str(killed)]
+    first = subprocess.run([*cmd, "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == -9, first.stderr[-2000:]  # SIGKILL at the end of step 3, checkpoint at 2
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads((killed / "result.json").read_text())["resumed_from"] == 2
+    a, b = _final(straight), _final(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (killed / "loss.csv").read_text() == (straight / "loss.csv").read_text()  # the curve continues
+
+
+def _mean_loss(model, exs: list[dict], pad_id: int) -> float:
+    """Token-mean loss of ``model`` over the trained tokens of ``exs``."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(exs), 4):
+            batch = collate(exs[i:i + 4], pad_id)
+            n = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+            total += float(model(**batch).loss) * n
+            count += n
+    return total / count
+
+
+@pytest.mark.slow  # a few minutes of SmolLM2 fine-tuning in fp32 on 2 cores
+def test_warm_start_on_smollm2_lowers_the_loss_and_keeps_the_prompt_style(tmp_path):
+    import copy
+
+    import pyarrow.parquet as pq
+
+    from factrl.agents.haris import prompt_style
+    from factrl.agents.tools import RetrieverTool
+    from factrl.config import SFTParams, WarmupParams, WorldParams
+    from factrl.data.reference import world_references
+    from factrl.data.world import write_world
+    from factrl.llm.local import LocalLLM
+    from factrl.llm.models import load_model_and_tokenizer
+    from factrl.recipes.warmup import agent_examples, warm_agent
+    from factrl.retrieval.index import Retriever, build_index
+
+    write_world(WorldParams(seed=9, num_passages=200, num_claims=16, hops=(2,)), tmp_path / "p.parquet",
+                tmp_path / "c.parquet")
+    build_index(tmp_path / "p.parquet", tmp_path / "index", embedder=None)
+    kept, _ = world_references(pq.read_table(tmp_path / "c.parquet").to_pylist(),
+                               RetrieverTool(Retriever(tmp_path / "index", mode="bm25"), k=3))
+    params = WarmupParams(enabled=True, precision="fp32", seed=1, reasoning=SFTParams(
+        max_steps=6, lr=2e-4, batch_size=4, warmup_ratio=0.0, lr_scheduler="constant", checkpoint_every=3))
+    model, tok = load_model_and_tokenizer("smollm2-135m")
+    before = copy.deepcopy(model)
+    exs, left_out = agent_examples(kept, "reasoning", tok, params)
+    assert len(exs) == 16 and not left_out
+    result, _ = warm_agent("reasoning", kept, params, state_dir=tmp_path / "state", out_model=tmp_path / "reason_0",
+                           loss_path=tmp_path / "loss.csv", model_tokenizer=(model, tok))
+    assert result.steps == 6 and result.final_loss < result.first_loss
+    pad = tok.pad_token_id
+    loss_before, loss_after = _mean_loss(before, exs, pad), _mean_loss(model, exs, pad)
+    assert loss_after < 0.7 * loss_before, (loss_before, loss_after)
+    assert prompt_style(LocalLLM(str(tmp_path / "reason_0"))) == "short"  # every later stage prompts it short
+    assert not (tmp_path / "state" / "trainer").exists()  # checkpoints dropped once the model is saved
