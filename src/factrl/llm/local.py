@@ -91,25 +91,25 @@ def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingPar
     """The tokens one row emits after a verification pass, and how many of them are draft tokens.
 
     ``logits`` ``[len(draft) + 1, V]``: position ``j`` predicts the token after draft token ``j - 1``.
-    Greedy: draft tokens are accepted while they equal the argmax; the first argmax that differs
-    (or the one after a fully accepted draft) is emitted too, so the output equals plain greedy
-    decoding. Sampling: draft token ``x`` is accepted with probability ``p(x)``; on rejection a
-    token is drawn from ``p`` without ``x`` (renormalised). This is speculative sampling with a
-    point-mass draft, so every emitted token follows the target distribution ``p`` exactly.
+    Each position picks its token exactly as a plain decode step would (:func:`_sample`: the
+    argmax, or one draw from the row's sampler); draft tokens are accepted while they equal the
+    pick, and the first pick that differs (or the one after a fully accepted draft) is emitted too.
+
+    So every emitted token costs the same draws of ``generator`` as on the plain path, and a seeded
+    row emits the same tokens whether it speculated or not, i.e. whatever the number of rows
+    decoding beside it. For sampling this is still exact speculative sampling with a point-mass
+    draft ``x``: ``x`` is accepted with probability ``p(x)``, and a rejection emits a sample of
+    ``p`` given that it is not ``x``, which is ``p`` without ``x``, renormalised (Leviathan et al.).
     """
+    def pick(j: int) -> int:
+        return int(_sample(logits[j][None], params, generator)[0])
+
     out: list[int] = []
     for j, x in enumerate(draft):
-        if params.greedy:
-            t = int(logits[j].argmax())
-            if t != x:
-                return out + [t], len(out)
-        else:
-            p = _probs(logits[j], params)
-            if float(torch.rand((), generator=generator)) >= float(p[x]):
-                p[x] = 0.0
-                return out + [int(torch.multinomial(p / p.sum(), 1, generator=generator))], len(out)
-        out.append(int(x))
-    return out + [int(_sample(logits[len(draft)][None], params, generator)[0])], len(out)
+        out.append(pick(j))
+        if out[j] != x:
+            return out, j
+    return out + [pick(len(draft))], len(draft)
 
 
 def use_fp32_attention(model) -> bool:
@@ -263,7 +263,8 @@ class LocalLLM:
     key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). While
     at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step also
     verifies an n-gram draft of up to ``speculative_tokens`` tokens per row (:func:`ngram_draft`,
-    :func:`verify_draft`: the output is unchanged, greedy or sampled); 0 turns it off. The cache
+    :func:`verify_draft`: the output is unchanged, greedy or sampled, and a seeded row's tokens
+    do not depend on whether it speculated); 0 turns it off. The cache
     is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model
     was modified in place or replaced since the last call.
     """
