@@ -376,3 +376,43 @@ def test_seeded_sampling_does_not_depend_on_the_batch_smollm2(local_llm):
     alone, busy, late, drafted = _seeded_alone_and_busy(local_llm, local_llm.encode_chat(Q2), params, 5, others)
     assert drafted > 0
     assert alone == busy == late
+
+
+# ---- the engine leaves the trainer's model alone --------------------------------------------------
+def _hooks(model) -> list[int]:
+    return [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_engine_leaves_the_trainers_model_alone(precision):
+    """Constructing and running the engine on a model (as the GRPO recipe does) keeps the model's
+    attention implementation, hooks and training forward as they were; the engine still follows
+    in-place updates and replaced parameters. bf16 weights under bf16 take the fp32 key/value hooks."""
+    import copy
+
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    model = tiny_model(tok).to(torch.bfloat16 if precision == "bf16" else torch.float32).train()
+    ids = torch.tensor([[5, 17, 300, 42, 9, 1000, 7]])
+    attn, hooks, logits = model.config._attn_implementation, _hooks(model), model(ids).logits.detach()
+    llm = LocalLLM(model_obj=model, tokenizer=tok, model_name="tiny", precision=precision)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+
+    def decode(engine) -> list[int]:
+        return engine.complete_tokens([[5, 17, 300]], params)[0][0].token_ids
+
+    def reference() -> list[int]:  # a fresh engine on a copy of the weights as they are now
+        return decode(LocalLLM(model_obj=copy.deepcopy(model), tokenizer=tok, model_name="ref", precision=precision))
+
+    outputs = [decode(llm)]
+    assert model.config._attn_implementation == attn and _hooks(model) == hooks and model.training
+    assert torch.equal(model(ids).logits, logits)
+    with torch.no_grad():  # an optimizer step (in place)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    outputs.append(decode(llm))
+    assert outputs[-1] == reference()
+    model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()}, assign=True)
+    outputs.append(decode(llm))  # a checkpoint loaded into new tensors
+    assert outputs[-1] == reference() and len({tuple(o) for o in outputs}) == 3

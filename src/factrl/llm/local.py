@@ -287,14 +287,9 @@ class LocalLLM:
         if model_obj is None or tokenizer is None:
             model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32")
         self.model = model_obj  # the weights of record (a trainer updates these)
-        # what the engine decodes with: the model itself, or its bf16 copy re-synced at admission
-        self.engine_model = model_obj
-        if bf16 and next(model_obj.parameters()).dtype != torch.bfloat16:
-            self.engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
-        dtype = next(self.engine_model.parameters()).dtype
-        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(self.engine_model)
-        self._kv_dtype = torch.float32 if fp32_states else dtype
-        self.engine_model.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
+        # bf16 decoding of fp32 weights (a policy under training): a bf16 copy, re-synced at admission
+        self._owns_weights = bf16 and next(model_obj.parameters()).dtype != torch.bfloat16
+        self.engine_model = self._engine_module()
         self.tokenizer = tokenizer
         self.model_name = model_name or model
         self.max_batch = max_batch
@@ -332,14 +327,37 @@ class LocalLLM:
         ``load_state_dict`` bump ``_version``, swapping a parameter changes its ``id``."""
         return [(id(p), p._version) for p in self.model.parameters()]
 
+    def _engine_module(self):
+        """The module the engine decodes with, set up for packed slot attention (and fp32 key/value
+        states under bf16, :func:`use_fp32_attention`).
+
+        Never the caller's module itself: a trainer runs plain forwards and backwards on that one,
+        so its attention implementation and hooks must stay as they are. Under bf16 on fp32 weights
+        it is a bf16 copy of the weights; otherwise a module tree of its own whose parameters and
+        buffers *are* the model's (no memory copied, in-place updates seen at once).
+        """
+        if self._owns_weights:
+            engine = copy.deepcopy(self.model).to(torch.bfloat16).requires_grad_(False)
+        else:
+            shared = {id(t): t for t in (*self.model.parameters(), *self.model.buffers())}
+            engine = copy.deepcopy(self.model, memo=shared)
+        engine.eval()  # its own training flags: a trainer's model.train() does not reach it
+        dtype = next(engine.parameters()).dtype
+        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(engine)
+        self._kv_dtype = torch.float32 if fp32_states else dtype
+        engine.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
+        return engine
+
     def _check_weights(self) -> None:
         sig = self._weights_signature()
         if sig != self._weights_seen:
             self.clear_prefix_cache()
-            if self.engine_model is not self.model:
+            if self._owns_weights:
                 with torch.no_grad():
                     for copy_p, p in zip(self.engine_model.parameters(), self.model.parameters()):
                         copy_p.copy_(p)
+            elif self._weights_seen is not None and [i for i, _ in sig] != [i for i, _ in self._weights_seen]:
+                self.engine_model = self._engine_module()  # parameters replaced: share the new ones
             self._weights_seen = sig
 
     # ---- protocol -------------------------------------------------------------------------
