@@ -1,10 +1,12 @@
 """LocalLLM: padding-invariant greedy decoding, stop strings, n samples, seeds and the prefix cache."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from factrl.llm.base import LLM, SamplingParams
-from factrl.llm.local import trim_at_stop
+from factrl.llm.local import LocalLLM, trim_at_stop
 
 Q1 = [{"role": "user", "content": "What is the capital of France?"}]
 Q2 = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
@@ -333,3 +335,94 @@ def test_speculative_decoding_changes_no_output(local_llm):
     assert spec.stats["accepted_tokens"] > 10 and spec.stats["decode_steps"] < plain.stats["decode_steps"]
     stopped = SamplingParams(max_tokens=40, stop=("7,",))
     assert spec.chat([Q2], stopped)[0][0].token_ids == plain.chat([Q2], stopped)[0][0].token_ids
+
+
+# ---- seeded sampling does not depend on the batch ------------------------------------------------
+def _seeded_alone_and_busy(llm, prompt, params, seed, others):
+    """The seeded row's tokens decoded alone, inside a busy batch (``others``: ``(prompt, budget)``
+    rows that finish at different steps, so speculation is off while more than
+    ``speculate_max_batch`` rows decode and on after), and joining that batch two steps late; and
+    the draft tokens verified for it alone."""
+    def run(late: bool) -> list[int]:
+        rows = [llm.submit(p, replace(params, max_tokens=b), seed=100 + i) for i, (p, b) in enumerate(others)]
+        if late:
+            llm.step()
+            llm.step()
+        target = llm.submit(prompt, params, seed=seed)
+        while not all(r.done for r in (*rows, target)):
+            llm.step()
+        return target.completion.token_ids
+
+    drafts = llm.stats["draft_tokens"]
+    alone = llm.submit(prompt, params, seed=seed)
+    while not alone.done:
+        llm.step()
+    drafted = llm.stats["draft_tokens"] - drafts
+    return alone.completion.token_ids, run(late=False), run(late=True), drafted
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch():
+    """A seeded sampled row decodes the same tokens alone (speculating at every step), in a batch
+    too busy to speculate until its other rows finish, and without speculation at all."""
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    model = tiny_model(tok, vocab_size=24, init_std=1.0)  # 24 ids repeat: n-gram drafts at most steps
+    params = SamplingParams(max_tokens=40, temperature=1.0, ignore_eos=True)
+    prompt = [5, 6, 7, 8, 5, 6]
+    others = [([3 + i, 9, 4 + i, 9], 4 + 3 * i) for i in range(7)]
+    spec = LocalLLM(model_obj=model, tokenizer=tok, model_name="tiny", precision="fp32")
+    alone, busy, late, drafted = _seeded_alone_and_busy(spec, prompt, params, 11, others)
+    assert drafted > 10  # the row alone verified drafts, so the two sampling paths were both taken
+    plain = LocalLLM(model_obj=model, tokenizer=tok, model_name="tiny", precision="fp32", speculative_tokens=0)
+    assert alone == busy == late == _seeded_alone_and_busy(plain, prompt, params, 11, others)[0]
+    assert len(alone) == 40 and len(set(alone)) > 5
+
+
+@pytest.mark.slow  # ~1 min of SmolLM2 sampling on 2 cores
+def test_seeded_sampling_does_not_depend_on_the_batch_smollm2(local_llm):
+    params = SamplingParams(max_tokens=40, temperature=0.8, top_p=0.95)
+    others = [(local_llm.encode_chat(q), b) for q, b in zip([Q1, Q1, Q2, Q1, Q2, Q1], [4, 8, 12, 16, 20, 24])]
+    alone, busy, late, drafted = _seeded_alone_and_busy(local_llm, local_llm.encode_chat(Q2), params, 5, others)
+    assert drafted > 0
+    assert alone == busy == late
+
+
+# ---- the engine leaves the trainer's model alone --------------------------------------------------
+def _hooks(model) -> list[int]:
+    return [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_engine_leaves_the_trainers_model_alone(precision):
+    """Constructing and running the engine on a model (as the GRPO recipe does) keeps the model's
+    attention implementation, hooks and training forward as they were; the engine still follows
+    in-place updates and replaced parameters. bf16 weights under bf16 take the fp32 key/value hooks."""
+    import copy
+
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    model = tiny_model(tok).to(torch.bfloat16 if precision == "bf16" else torch.float32).train()
+    ids = torch.tensor([[5, 17, 300, 42, 9, 1000, 7]])
+    attn, hooks, logits = model.config._attn_implementation, _hooks(model), model(ids).logits.detach()
+    llm = LocalLLM(model_obj=model, tokenizer=tok, model_name="tiny", precision=precision)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+
+    def decode(engine) -> list[int]:
+        return engine.complete_tokens([[5, 17, 300]], params)[0][0].token_ids
+
+    def reference() -> list[int]:  # a fresh engine on a copy of the weights as they are now
+        return decode(LocalLLM(model_obj=copy.deepcopy(model), tokenizer=tok, model_name="ref", precision=precision))
+
+    outputs = [decode(llm)]
+    assert model.config._attn_implementation == attn and _hooks(model) == hooks and model.training
+    assert torch.equal(model(ids).logits, logits)
+    with torch.no_grad():  # an optimizer step (in place)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    outputs.append(decode(llm))
+    assert outputs[-1] == reference()
+    model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()}, assign=True)
+    outputs.append(decode(llm))  # a checkpoint loaded into new tensors
+    assert outputs[-1] == reference() and len({tuple(o) for o in outputs}) == 3

@@ -33,11 +33,13 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
 
 
-def tiny_model(tok, seed: int = 0) -> LlamaForCausalLM:
+def tiny_model(tok, seed: int = 0, vocab_size: int | None = None, init_std: float = 0.02) -> LlamaForCausalLM:
+    """A random 2-layer Llama. ``vocab_size`` below the tokenizer's keeps it to the first ids (a small
+    vocabulary repeats itself, so n-gram drafts appear); a larger ``init_std`` sharpens its distributions."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        vocab_size=vocab_size or len(tok), initializer_range=init_std, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )

@@ -91,25 +91,25 @@ def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingPar
     """The tokens one row emits after a verification pass, and how many of them are draft tokens.
 
     ``logits`` ``[len(draft) + 1, V]``: position ``j`` predicts the token after draft token ``j - 1``.
-    Greedy: draft tokens are accepted while they equal the argmax; the first argmax that differs
-    (or the one after a fully accepted draft) is emitted too, so the output equals plain greedy
-    decoding. Sampling: draft token ``x`` is accepted with probability ``p(x)``; on rejection a
-    token is drawn from ``p`` without ``x`` (renormalised). This is speculative sampling with a
-    point-mass draft, so every emitted token follows the target distribution ``p`` exactly.
+    Each position picks its token exactly as a plain decode step would (:func:`_sample`: the
+    argmax, or one draw from the row's sampler); draft tokens are accepted while they equal the
+    pick, and the first pick that differs (or the one after a fully accepted draft) is emitted too.
+
+    So every emitted token costs the same draws of ``generator`` as on the plain path, and a seeded
+    row emits the same tokens whether it speculated or not, i.e. whatever the number of rows
+    decoding beside it. For sampling this is still exact speculative sampling with a point-mass
+    draft ``x``: ``x`` is accepted with probability ``p(x)``, and a rejection emits a sample of
+    ``p`` given that it is not ``x``, which is ``p`` without ``x``, renormalised (Leviathan et al.).
     """
+    def pick(j: int) -> int:
+        return int(_sample(logits[j][None], params, generator)[0])
+
     out: list[int] = []
     for j, x in enumerate(draft):
-        if params.greedy:
-            t = int(logits[j].argmax())
-            if t != x:
-                return out + [t], len(out)
-        else:
-            p = _probs(logits[j], params)
-            if float(torch.rand((), generator=generator, device=p.device)) >= float(p[x]):
-                p[x] = 0.0
-                return out + [int(torch.multinomial(p / p.sum(), 1, generator=generator))], len(out)
-        out.append(int(x))
-    return out + [int(_sample(logits[len(draft)][None], params, generator)[0])], len(out)
+        out.append(pick(j))
+        if out[j] != x:
+            return out, j
+    return out + [pick(len(draft))], len(draft)
 
 
 def use_fp32_attention(model) -> bool:
@@ -266,7 +266,8 @@ class LocalLLM:
     key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). While
     at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step also
     verifies an n-gram draft of up to ``speculative_tokens`` tokens per row (:func:`ngram_draft`,
-    :func:`verify_draft`: the output is unchanged, greedy or sampled); 0 turns it off. The cache
+    :func:`verify_draft`: the output is unchanged, greedy or sampled, and a seeded row's tokens
+    do not depend on whether it speculated); 0 turns it off. The cache
     is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model
     was modified in place or replaced since the last call. ``device`` (``auto``, ``cpu``,
     ``cuda[:n]``) is where a model loaded here runs; a given ``model_obj`` is decoded where its
@@ -301,14 +302,9 @@ class LocalLLM:
             model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32",
                                                             device=self.device)
         self.model = model_obj  # the weights of record (a trainer updates these)
-        # what the engine decodes with: the model itself, or its bf16 copy re-synced at admission
-        self.engine_model = model_obj
-        if bf16 and next(model_obj.parameters()).dtype != torch.bfloat16:
-            self.engine_model = copy.deepcopy(model_obj).to(torch.bfloat16).eval().requires_grad_(False)
-        dtype = next(self.engine_model.parameters()).dtype
-        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(self.engine_model)
-        self._kv_dtype = torch.float32 if fp32_states else dtype
-        self.engine_model.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
+        # bf16 decoding of fp32 weights (a policy under training): a bf16 copy, re-synced at admission
+        self._owns_weights = bf16 and next(model_obj.parameters()).dtype != torch.bfloat16
+        self.engine_model = self._engine_module()
         self.tokenizer = tokenizer
         self.model_name = model_name or model
         self.max_batch = max_batch
@@ -346,14 +342,37 @@ class LocalLLM:
         ``load_state_dict`` bump ``_version``, swapping a parameter changes its ``id``."""
         return [(id(p), p._version) for p in self.model.parameters()]
 
+    def _engine_module(self):
+        """The module the engine decodes with, set up for packed slot attention (and fp32 key/value
+        states under bf16, :func:`use_fp32_attention`).
+
+        Never the caller's module itself: a trainer runs plain forwards and backwards on that one,
+        so its attention implementation and hooks must stay as they are. Under bf16 on fp32 weights
+        it is a bf16 copy of the weights; otherwise a module tree of its own whose parameters and
+        buffers *are* the model's (no memory copied, in-place updates seen at once).
+        """
+        if self._owns_weights:
+            engine = copy.deepcopy(self.model).to(torch.bfloat16).requires_grad_(False)
+        else:
+            shared = {id(t): t for t in (*self.model.parameters(), *self.model.buffers())}
+            engine = copy.deepcopy(self.model, memo=shared)
+        engine.eval()  # its own training flags: a trainer's model.train() does not reach it
+        dtype = next(engine.parameters()).dtype
+        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(engine)
+        self._kv_dtype = torch.float32 if fp32_states else dtype
+        engine.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
+        return engine
+
     def _check_weights(self) -> None:
         sig = self._weights_signature()
         if sig != self._weights_seen:
             self.clear_prefix_cache()
-            if self.engine_model is not self.model:
+            if self._owns_weights:
                 with torch.no_grad():
                     for copy_p, p in zip(self.engine_model.parameters(), self.model.parameters()):
                         copy_p.copy_(p)
+            elif self._weights_seen is not None and [i for i, _ in sig] != [i for i, _ in self._weights_seen]:
+                self.engine_model = self._engine_module()  # parameters replaced: share the new ones
             self._weights_seen = sig
 
     # ---- protocol -------------------------------------------------------------------------
