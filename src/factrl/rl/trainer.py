@@ -338,6 +338,9 @@ def _validate(cfg: GRPOParams) -> None:
         )
     if cfg.temperature <= 0:
         raise ValueError(f"GRPOParams.temperature must be > 0 for training, got {cfg.temperature}")
+    if cfg.max_sampling_draws < 1:
+        raise ValueError(f"GRPOParams.max_sampling_draws must be >= 1 (draws per step, the first included), "
+                         f"got {cfg.max_sampling_draws}")
     if cfg.checkpoint_every < 1 or cfg.keep_checkpoints < 1:
         raise ValueError(
             f"GRPOParams.checkpoint_every ({cfg.checkpoint_every}) and keep_checkpoints "
