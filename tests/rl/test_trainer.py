@@ -302,6 +302,11 @@ def test_dynamic_sampling_with_no_mixed_group_skips_the_update_but_logs_the_step
     assert _rows(tmp_path / "none" / "metrics.csv")[1]["kept_groups"] == "0.0"
 
 
+def test_draw_cap_must_allow_one_draw(tok, tiny):
+    with pytest.raises(ValueError, match="max_sampling_draws must be >= 1"):
+        GRPOTrainer(tiny, tok, _cfg(dynamic_sampling=True, max_sampling_draws=0))
+
+
 def test_draws_are_functions_of_seed_step_and_draw():
     assert draw_prompts(10, 3, 1, 4, 0) == step_prompts(10, 3, 1, 4)
     assert draw_prompts(10, 3, 1, 4, 2, {1, 2}) == draw_prompts(10, 3, 1, 4, 2, {1, 2})

@@ -382,6 +382,9 @@ def _validate(cfg: GRPOParams) -> None:
         raise ValueError(f"GRPOParams.temperature must be > 0 for training, got {cfg.temperature}")
     if cfg.tis_cap < 0:
         raise ValueError(f"GRPOParams.tis_cap must be >= 0 (0 = no correction), got {cfg.tis_cap}")
+    if cfg.max_sampling_draws < 1:
+        raise ValueError(f"GRPOParams.max_sampling_draws must be >= 1 (draws per step, the first included), "
+                         f"got {cfg.max_sampling_draws}")
     if cfg.checkpoint_every < 1 or cfg.keep_checkpoints < 1:
         raise ValueError(
             f"GRPOParams.checkpoint_every ({cfg.checkpoint_every}) and keep_checkpoints "
