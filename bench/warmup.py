@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -32,12 +31,11 @@ from factrl.config import SFTParams, WarmupParams, load_section
 from factrl.data.reference import world_references
 from factrl.data.splits import stratified_split
 from factrl.data.world import generate_claims, write_world
-from factrl.hardware import hardware_record
-from factrl.io import write_json
 from factrl.llm.models import load_model_and_tokenizer
 from factrl.recipes.warmup import AGENTS, agent_examples
 from factrl.retrieval.index import Retriever, build_index
 from factrl.rl.sft import IGNORE_INDEX, train_sft
+from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "warmup.json"
 
@@ -93,7 +91,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also time the reasoning agent under the full prompt")
     parser.add_argument("--precision", default="auto")
     args = parser.parse_args()
-    load_start = os.getloadavg()
+    measured = Measurement(args.precision)
     world = load_section("prepare", "params.yaml").world
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
@@ -119,10 +117,9 @@ def main() -> None:
         epoch_tokens = out["examples"][f"{agent}/{style}"]["total_tokens"]
         out["sft"][f"{agent}/{style}"] = res | {"epoch_minutes_at_this_speed": epoch_tokens / res["tokens_per_s"] / 60}
         print(f"  {res['tokens_per_s']:.1f} tokens/s, {res['median_step_s']:.1f} s/step", flush=True)
-    out["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_start": load_start,
-                      "load_avg_end": os.getloadavg(), "niceness": os.nice(0)} | hardware_record(args.precision)
+    out["niceness"] = os.nice(0)
     out["settings"] = {"steps": args.steps, "batch": args.batch, "world": asdict(world)}
-    write_json(out, RESULTS)
+    measured.write(out, RESULTS)
     print(f"wrote {RESULTS}")
 
 
