@@ -183,10 +183,11 @@ def dvc_repo(tmp_path, repo_root, monkeypatch):
                 "checkpoints": [{"name": "HARIS (base)", "reason": "smollm2-135m", "search": "smollm2-135m"}]}
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {
         "prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64}, "evaluate": evaluate})
-    # base models only, so evaluate depends on no trained model (else reproducing it trains both rounds)
+    # base models only, so evaluate depends on no trained model and no debate (else reproducing it
+    # trains both rounds and runs the SC-MAKS stages; evaluate scores no consensus rows without them)
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())
     deps = stages["stages"]["evaluate"]["deps"]
-    stages["stages"]["evaluate"]["deps"] = [d for d in deps if not str(d).startswith("models/")]
+    stages["stages"]["evaluate"]["deps"] = [d for d in deps if not str(d).startswith(("models/", "consensus/"))]
     (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     monkeypatch.chdir(repo)
     return repo
