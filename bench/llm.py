@@ -203,8 +203,8 @@ def local_chains(llm: LocalLLM, chains: list[Chain]) -> list[list[list[int]]]:
 class LibraryEngine:
     """transformers' continuous batching (``ContinuousBatchingManager``: paged cache, packed
     prefill and decode, prefix block sharing) on the given weights, greedy, EOS off. Its cache is
-    sized to each workload (auto-sizing takes a share of all free memory, and the dense attention
-    mask its sdpa path builds spans every cached token)."""
+    sized to each workload: auto-sizing takes a share of all free memory, and its sdpa path (the
+    only one on CPU) builds a dense attention mask over every key the batch's rows read."""
 
     def __init__(self, model, max_batch: int, page_size: int, max_batch_tokens: int):
         from transformers import GenerationConfig
