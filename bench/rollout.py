@@ -38,6 +38,13 @@ def demo_setup(tmp: Path, num_claims: int) -> tuple[list[str], Retriever]:
     return claims, Retriever(tmp / "index", mode="bm25")
 
 
+def bench_haris(llm, retriever, max_new_tokens: int) -> Haris:
+    """HARIS as this benchmark runs it: greedy, at most two tool calls per agent."""
+    return Haris(llm, retriever,
+                 reason_params=default_reasoning_params(max_turns=2, max_new_tokens=max_new_tokens),
+                 search_params=default_search_params(max_turns=2, max_new_tokens=max_new_tokens))
+
+
 def generated_tokens(results) -> tuple[int, int]:
     """(reasoning, search) tokens the policy generated (loss mask 1) across all trajectories."""
     reason = sum(sum(r.trajectory.loss_mask) for r in results)
@@ -62,9 +69,7 @@ def engine_delta(llm, before: dict) -> dict:
 def measure(precision: str, claims: list[str], retriever, args) -> dict:
     """Interleaved repeats of HARIS rollouts and plain generation on one engine of ``precision``."""
     llm = LocalLLM("smollm2-135m", max_batch=32, precision=precision)
-    haris = Haris(llm, retriever,
-                  reason_params=default_reasoning_params(max_turns=2, max_new_tokens=args.max_new_tokens),
-                  search_params=default_search_params(max_turns=2, max_new_tokens=args.max_new_tokens))
+    haris = bench_haris(llm, retriever, args.max_new_tokens)
     haris.verify(claims[:2])  # warm-up (allocator, tokenizer caches); not timed
     prompts = [llm.encode_chat(reasoning_messages(c)) for c in claims]
     runs = []
