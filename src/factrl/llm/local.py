@@ -21,11 +21,12 @@ The cache is dropped whenever the weights change (trainers update them in place 
 Why a home-made engine and not transformers' own continuous batching (``generate_batch`` /
 ``ContinuousBatchingManager``, paged cache): measured with ``bench/llm.py``
 (``transformers_cb_vs_local`` in ``bench/results/llm.json``) on the same weights, greedy, same
-prompts and token counts (both engines decoded identical ids), fp32 on a shared 2-core AVX2 CPU
-(load 8-11, a smoke run at 54e16cf), the library reached 0.71 of this engine's tokens/s on plain
-batched generation (16 chat prompts x 64 tokens: 17.5 vs 24.7) and 0.55 on the turns of HARIS
-rollouts (3.6 vs 6.6), where the project's rule asks for 0.85 on both. On CPU its sdpa path
-attends each packed forward through one dense mask over every key the batch's rows read, it has
+prompts and token counts (both engines decoded identical ids), fp32 with one torch thread on a
+quiet 2-core AVX2 CPU (load 0.7-1.0, transformers 5.23.0, 3 interleaved repeats, at b44de05), the
+library reached 0.72 of this engine's tokens/s on plain batched generation (16 chat prompts x 64
+tokens: 69.6 vs 97.1) and 0.33 on the turns of 16 HARIS rollouts (13.7 vs 41.6: 27k prompt tokens
+whose shared prefixes this engine prefills once), where the project's rule asks for 0.85 on
+both. On CPU its sdpa path attends each packed forward through one dense mask over every key the batch's rows read, it has
 no stop strings (agent turns end on closing tags), and it has no speculation for the tail of a
 multi-turn batch. The engine therefore stays, on an exact transformers pin (``pyproject.toml``):
 it builds on transformers internals, so moving the pin means re-running ``bench/llm.py`` and the
