@@ -1,22 +1,24 @@
 """Stage `debate`: SC-MAKS's generation phase and debate rounds over the demo world's claims.
 
-Inputs: data/claims/<split>.parquet for each of params `debate.splits` (at most `debate.max_claims`
-per split, balanced by label and hops), index/, the pool's models. Outputs: debate/transcripts.parquet
-(DEBATE_TURNS: every answer of every phase, the summaries) and debate/summary.json (DVC metrics:
-format failures, calls and seconds per phase and member, accuracy and agreement before and after
-the debate, wall time, peak memory). Batches are Prefect tasks (flows/debate.py); every call goes
-through the on-disk LLM cache and every phase is checkpointed, so a killed run resumes where it stopped.
+Inputs: data/claims/<split>.parquet for each of params `debate.splits` (at most `debate.max_claims` per
+split, balanced by label and hops), index/, the pool's models (symbolic names such as `last` resolved
+against params `model` and `rounds`). Outputs: debate/transcripts.parquet (DEBATE_TURNS: every answer of
+every phase, the summaries) and debate/summary.json (DVC metrics: format failures, calls and seconds per
+phase and member, accuracy and agreement before and after the debate, wall time, peak memory). Batches
+are Prefect tasks (flows/debate.py); every call goes through the on-disk LLM cache and every phase is
+checkpointed, so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import sys
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import DebateParams, load_section
+from factrl.config import DebateParams, load_section, resolve_model
 from factrl.data.schemas import CLAIMS, DEBATE_TURNS, validate
 from factrl.data.splits import balanced_subset
 from factrl.io import write_json, write_parquet
@@ -34,10 +36,26 @@ def debate(claims_by_split: dict[str, pa.Table], params: DebateParams, *, retrie
         return scmaks.run_debate(claims_by_split, pool, retriever, params, plan, work_dir=work_dir)
 
 
+def resolve_pool(params: DebateParams, params_file: str | Path = "params.yaml") -> DebateParams:
+    """``params`` with every member's symbolic model names (``base``, ``warm``, ``last``, ``r<id>``)
+    resolved by :func:`factrl.config.resolve_model`: ``model`` as the reasoning agent, ``search_model``
+    (empty: ``model``'s name, for a ``haris`` member) as the search agent."""
+    pool = []
+    for i, m in enumerate(params.pool):
+        api = m.backend == "openai"  # an endpoint's model: any name is the endpoint's to judge
+        search = m.search_model or (m.model if m.system == "haris" else "")
+        model = resolve_model(m.model, "reason", where=f"debate.pool[{i}].model", params_file=params_file, api=api)
+        if search:
+            search = resolve_model(search, "search", where=f"debate.pool[{i}].search_model", params_file=params_file,
+                                   api=api)
+        pool.append(dataclasses.replace(m, model=model, search_model=search))
+    return dataclasses.replace(params, pool=tuple(pool))
+
+
 def main(params_file: str = "params.yaml", claims_dir: Path = Path("data/claims"), out: Path = Path("debate")) -> dict:
     from factrl.retrieval.index import Retriever
 
-    params: DebateParams = load_section("debate", params_file)
+    params = resolve_pool(load_section("debate", params_file), params_file)
     scmaks.debate_plan(params)  # a wrong name stops the stage before any model loads
     claims = {}
     for split in params.splits:

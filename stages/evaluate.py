@@ -6,7 +6,8 @@
 Inputs: the eval sets of params `evaluate.sets` (the demo world's data/claims/eval.parquet) and, when
 switched on, `evaluate.real_sets` (the HARIS eval files of ../shared/data/haris_eval when present,
 each searched over its own passages),
-index/ for sets without their own passages, the HARIS checkpoints of `evaluate.checkpoints`.
+index/ for sets without their own passages, the HARIS checkpoints of `evaluate.checkpoints` (by
+default base, warm and trained: params `model.base`, models/*_0 and the last round's models/*_<r>).
 Outputs: metrics/eval.json (DVC metrics: dataset -> hop -> system -> metric), reports/eval.md
 (Table 1 layout with the paper's numbers as reference rows), plots/eval/accuracy.png (and
 plots/eval/reward_curves.png when training metrics exist under metrics/train/), reports/traces.html.
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factrl.config import EvalSetParams, EvaluateParams, load_section
+from factrl.config import ConfigError, EvalSetParams, EvaluateParams, load_section, resolve_model
 from factrl.eval import runner
 from factrl.eval.stats import consensus_rows
 from factrl.hardware import resolve_device
@@ -38,26 +39,27 @@ CONSENSUS_PREDICTIONS = Path("consensus/predictions.parquet")
 _TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
 
 
-def resolve_checkpoints(params: EvaluateParams, models: Path = Path("models")) -> list[tuple[str, str, str]]:
-    """(name, reason, search) per checkpoint. Empty params = the newest round with both
-    models/reason_<r> and models/search_<r> on disk, else the base model. A listed model that looks
-    like a path (has a '/') must exist."""
-    if params.checkpoints:
-        for i, c in enumerate(params.checkpoints):
-            for agent in ("reason", "search"):
-                spec = getattr(c, agent)
-                if "/" in spec and not Path(spec).exists():
-                    raise FileNotFoundError(f"params.yaml: evaluate.checkpoints[{i}].{agent}: {spec} does not exist "
-                                            "(train that round first, or list an existing checkpoint)")
-        return [(c.name, c.reason, c.search) for c in params.checkpoints]
-    rounds = sorted({int(m.group(1)) for p in models.glob("reason_*")
-                     if (m := re.fullmatch(r"reason_(\d+)", p.name)) and (models / f"search_{m.group(1)}").is_dir()})
-    if rounds:
-        r = rounds[-1]
-        log.info("evaluate: no checkpoints in params; using the newest round on disk, %d", r)
-        return [(f"HARIS r{r}", str(models / f"reason_{r}"), str(models / f"search_{r}"))]
-    log.info("evaluate: no checkpoints in params and none on disk; using the base model %s", params.base_model)
-    return [("HARIS (base)", params.base_model, params.base_model)]
+def resolve_checkpoints(params: EvaluateParams, params_file: str | Path = "params.yaml"
+                        ) -> list[tuple[str, str, str]]:
+    """(name, reason model, search model) per checkpoint of ``evaluate.checkpoints``, symbolic names
+    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A model
+    directory must exist."""
+    if "haris" in params.systems and not params.checkpoints:
+        raise ConfigError(f"{params_file}:evaluate.checkpoints: empty, but systems has haris "
+                          "(list e.g. {name: HARIS (trained), reason: last, search: last}, or drop haris)")
+    resolved = []
+    for i, c in enumerate(params.checkpoints):
+        pair = []
+        for agent, spec in (("reason", c.reason), ("search", c.search)):
+            where = f"evaluate.checkpoints[{i}].{agent}"
+            model = resolve_model(spec, agent, where=where, params_file=params_file)
+            if "/" in model and not Path(model).exists():
+                named = spec if spec == model else f"{spec} = {model}"
+                raise FileNotFoundError(f"{params_file}: {where}: {named} does not exist "
+                                        "(train that round first, or list an existing checkpoint)")
+            pair.append(model)
+        resolved.append((c.name, *pair))
+    return resolved
 
 
 def chosen_sets(params: EvaluateParams, real_only: bool = False) -> list[tuple[str, EvalSetParams]]:
@@ -130,9 +132,10 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
     sets, skipped = load_sets(params, real_only=real_only)
     if not sets:
         raise FileNotFoundError("evaluate: no eval set to run" + (f" ({'; '.join(skipped)})" if skipped else ""))
-    checkpoints = resolve_checkpoints(params)
+    checkpoints = resolve_checkpoints(params, params_file)
+    base_model = resolve_model(params.base_model, None, where="evaluate.base_model", params_file=params_file)
     device = resolve_device(params.device, key="evaluate.device")
-    systems = runner.build_systems(params.systems, checkpoints, params.base_model,
+    systems = runner.build_systems(params.systems, checkpoints, base_model,
                                    load_llm=llm_loader or functools.partial(runner.load_llm, device=device),
                                    top_k=params.top_k,
                                    max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
@@ -145,7 +148,7 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
         f"sample: up to {params.per_hop or 'all'} claims per hop, balanced labels, seed {params.seed}; "
         f"bootstrap {params.n_boot} resamples",
         "HARIS checkpoints: " + ", ".join(f"{n} = {r} / {s}" for n, r, s in checkpoints),
-        f"baselines on {params.base_model}; top-{params.top_k} retrieval ({params.retrieval_mode} over index/, "
+        f"baselines on {base_model}; top-{params.top_k} retrieval ({params.retrieval_mode} over index/, "
         "BM25 over a set's own passages); "
         f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
         f"wall time: {sum(result.seconds.values()):.0f} s",

@@ -2,7 +2,8 @@
 
     python -m stages.warmup [params.yaml]      # DVC: warmup
 
-With ``warmup.enabled: false`` (the paper's recipe) both are ``warmup.base_model`` as it is. With
+With ``warmup.enabled: false`` (the paper's recipe) both are the base model as it is (``warmup.base_model``,
+default ``base``: params ``model.base``). With
 ``true`` (the demo and long profiles) each agent is first fine-tuned on reference trajectories of
 its role (``factrl.recipes.warmup``): built from the demo world's gold chains over index/
 (``source: world``) or written by an LLM teacher on the training claims and kept when the verdict is
@@ -17,6 +18,7 @@ checkpoints/warmup (DVC ``persist``), which a killed run resumes from.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import WarmupParams, load_section
+from factrl.config import WarmupParams, load_section, resolve_model
 from factrl.data import reference
 from factrl.data.schemas import CLAIMS, REFERENCES, REFERENCES_REJECTED, validate
 from factrl.data.splits import balanced_subset
@@ -58,6 +60,9 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
     from factrl.llm.models import cache_dir
 
     params: WarmupParams = load_section("warmup", params_file)
+    # `base` (the default) is params model.base: the one place the base policy is named
+    base_model = resolve_model(params.base_model, None, where="warmup.base_model", params_file=params_file)
+    params = dataclasses.replace(params, base_model=base_model)
     start = time.perf_counter()
     summary = {"enabled": params.enabled, "base_model": params.base_model}
     models_dir = Path("models")

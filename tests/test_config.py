@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -70,3 +72,71 @@ def test_device_names_load_and_a_missing_cuda_names_the_key(tmp_path):
     missing = "cuda:99" if torch.cuda.is_available() else "cuda"
     with pytest.raises(ValueError, match=rf"train\.search\.device: '{missing}', but"):
         train_device("search", config.from_dict(config.SearchTrainParams, {"device": missing}, "train.search"))
+
+
+# --------------------------------------------------------------------------------------------
+# model: the base policy named once; symbolic checkpoint names resolved in one function
+# --------------------------------------------------------------------------------------------
+
+TWO_ROUNDS = {"1": {"prev": 0, "segment": "all"}, "2": {"prev": 1, "segment": "seg1"}}
+
+
+def _params(tmp_path, base="smollm2-135m", rounds=TWO_ROUNDS):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"model": {"base": base}, "rounds": rounds}))
+    return path
+
+
+@pytest.mark.parametrize("spec, agent, expected", [
+    ("base", "reason", "smollm2-135m"),
+    ("base", None, "smollm2-135m"),            # the baselines' / the warm start's model
+    ("warm", "reason", "models/reason_0"),
+    ("warm", "search", "models/search_0"),
+    ("last", "reason", "models/reason_2"),     # the highest round id of params rounds
+    ("last", "search", "models/search_2"),
+    ("r1", "search", "models/search_1"),
+    ("r0", "reason", "models/reason_0"),
+    ("models/reason_1", "reason", "models/reason_1"),  # anything that is a model itself stays
+    ("smollm2-135m", "search", "smollm2-135m"),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", None, "HuggingFaceTB/SmolLM2-135M-Instruct"),
+])
+def test_symbolic_model_names_resolve(tmp_path, spec, agent, expected):
+    assert config.resolve_model(spec, agent, where="x.model", params_file=_params(tmp_path)) == str(Path(expected))
+
+
+def test_base_and_last_follow_their_one_key(tmp_path):
+    """Changing model.base or adding a round moves every place that names them symbolically."""
+    params = _params(tmp_path, base="./my-base", rounds=TWO_ROUNDS | {"3": {"prev": 2, "segment": "seg2"}})
+    assert config.resolve_model("base", "reason", where="x", params_file=params) == "./my-base"
+    assert config.resolve_model("last", "search", where="x", params_file=params) == str(Path("models/search_3"))
+    assert config.load_section("model", params).base == "./my-base"
+
+
+@pytest.mark.parametrize("spec, agent, edit, message", [
+    ("lats", "reason", {}, r"params.yaml:debate.pool\[0\].model: unknown model name 'lats'; use a symbolic name"),
+    ("r5", "reason", {}, r"debate.pool\[0\].model: 'r5': round 5 is not in params rounds \(ids: \[1, 2\]"),
+    ("last", "search", {"rounds": {}}, r"debate.pool\[0\].model: 'last' names the last round's search agent, "
+                                       r"but params rounds is empty"),
+    ("warm", None, {}, r"debate.pool\[0\].model: 'warm' names an agent's checkpoint"),
+    ("base", "reason", {"base": "last"}, r"params.yaml:model.base: 'last' is a symbolic name"),
+    ("base", "reason", {"base": "smolm2"}, r"params.yaml:model.base: unknown model name 'smolm2'"),
+])
+def test_wrong_model_names_are_errors_naming_the_key(tmp_path, spec, agent, edit, message):
+    params = _params(tmp_path, **edit)
+    with pytest.raises(config.ConfigError, match=message):
+        config.resolve_model(spec, agent, where="debate.pool[0].model", params_file=params)
+
+
+def test_api_models_keep_their_names_but_symbolic_ones_resolve(tmp_path):
+    params = _params(tmp_path)
+    assert config.resolve_model("gpt-4o-mini", "reason", where="x", params_file=params, api=True) == "gpt-4o-mini"
+    last = config.resolve_model("last", "reason", where="x", params_file=params, api=True)
+    assert last == str(Path("models/reason_2"))
+
+
+def test_repo_params_name_the_base_policy_once(repo_root):
+    """Only section model names the base policy; the agents' settings refer to it as `base`."""
+    raw = config.read_params(repo_root / "params.yaml")
+    base = raw["model"]["base"]
+    for section in ("warmup", "evaluate", "debate"):
+        assert base not in yaml.safe_dump(raw[section]), f"params.yaml: {section} names {base}; write `base`"

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import yaml
 
+from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
+
 PARAMS_FILE = "params.yaml"
 
 Device = typing.NewType("Device", str)
@@ -350,6 +352,97 @@ class CurriculumParams:
 
 
 # --------------------------------------------------------------------------------------------
+# model: the base policy, named once; the symbolic names of the agents' checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """The ``model`` section: the base policy, the one place it is named. Every agent's model setting
+    elsewhere defaults to it or names it, or a round's checkpoint, symbolically (:func:`resolve_model`).
+
+    base: the base model: what both agents are before the warm start (H_0 = L_0 with ``warmup.enabled``
+        off), the baselines' model, and what the symbolic name ``base`` means everywhere. An embedded
+        name (``smollm2-135m``), a Hugging Face directory or a hub id ``org/name``.
+    """
+
+    base: str = DEFAULT_POLICY
+
+
+MODELS_DIR = Path("models")
+AGENTS = ("reason", "search")
+"""The HARIS agents whose checkpoints live in ``models/<agent>_<round id>``."""
+CHECKPOINT_NAMES = {
+    "base": "params model.base",
+    "warm": "models/<agent>_0, the warm start's H_0 / L_0 (stage warmup)",
+    "last": "models/<agent>_<r>, r the highest round id in params rounds",
+    "r<id>": "models/<agent>_<id>, round <id> of params rounds (r0 = warm)",
+}
+"""The symbolic model names :func:`resolve_model` accepts, and what each names."""
+_ROUND_NAME = re.compile(r"r([0-9]+)")
+
+
+def checkpoint_of(agent: str, round_id: int) -> Path:
+    """Where round ``round_id``'s agent lives: models/reason_<r> or models/search_<r> (round 0: the
+    warm start's output)."""
+    return MODELS_DIR / f"{agent}_{round_id}"
+
+
+def resolve_model(spec: str, agent: str | None, *, where: str, params_file: str | Path = PARAMS_FILE,
+                  api: bool = False) -> str:
+    """The model that ``spec`` (read at params key ``where``) names for ``agent`` (``reason`` or
+    ``search``), the one place symbolic names are resolved:
+
+    ``base`` -> params ``model.base``; ``warm`` -> models/<agent>_0; ``last`` -> models/<agent>_<r>
+    with r the highest id in params ``rounds``; ``r<id>`` -> models/<agent>_<id> (a round of
+    ``rounds``, or 0). Anything else is returned as it is if it is a model: an embedded name, a path
+    (with a ``/``, or starting with ``.`` or ``~``) or a hub id ``org/name``; with ``api`` (the
+    model of an OpenAI-compatible endpoint) any name. ``agent`` None (a model that is no agent's
+    checkpoint: the baselines', the warm start's base) accepts ``base`` alone of the symbolic names.
+    Reads the ``model`` and ``rounds`` sections of ``params_file``; a stage that resolves names lists
+    them in its dvc.yaml ``params``. A wrong name is a :class:`ConfigError` naming ``params_file:where``.
+    """
+    here = f"{params_file}:{where}"
+    if spec == "base":
+        base = load_section("model", params_file).base
+        if _is_symbolic(base):
+            raise ConfigError(f"{params_file}:model.base: {base!r} is a symbolic name; the base must name a model")
+        return _concrete(base, f"{params_file}:model.base")
+    if not _is_symbolic(spec):
+        return spec if api else _concrete(spec, here)
+    if agent is None:
+        raise ConfigError(f"{here}: {spec!r} names an agent's checkpoint; this model belongs to no agent: "
+                          "use 'base' or a model")
+    if agent not in AGENTS:
+        raise ValueError(f"agent {agent!r} is not one of {AGENTS}")  # a programming error, not a params one
+    if spec == "warm":
+        return str(checkpoint_of(agent, 0))
+    ids = [r.id for r in load_section("rounds", params_file).rounds]
+    if spec == "last":
+        if not ids:
+            raise ConfigError(f"{here}: 'last' names the last round's {agent} agent, but params rounds is empty "
+                              "(use 'warm' or 'base')")
+        return str(checkpoint_of(agent, ids[-1]))
+    round_id = int(_ROUND_NAME.fullmatch(spec).group(1))
+    if round_id != 0 and round_id not in ids:
+        raise ConfigError(f"{here}: {spec!r}: round {round_id} is not in params rounds (ids: {ids}; r0 = warm)")
+    return str(checkpoint_of(agent, round_id))
+
+
+def _is_symbolic(spec: str) -> bool:
+    return spec in ("base", "warm", "last") or _ROUND_NAME.fullmatch(spec) is not None
+
+
+def _concrete(spec: str, here: str) -> str:
+    """``spec`` if it names a model itself (embedded, a path, a hub id org/name), else a ConfigError."""
+    if spec in EMBEDDED_MODELS or "/" in spec or spec.startswith((".", "~")):
+        return spec
+    symbolic = "; ".join(f"{name} = {meaning}" for name, meaning in CHECKPOINT_NAMES.items())
+    raise ConfigError(f"{here}: unknown model name {spec!r}; use a symbolic name ({symbolic}), an embedded "
+                      f"model ({', '.join(EMBEDDED_MODELS)}), a model directory (./name) or a hub id org/name")
+
+
+# --------------------------------------------------------------------------------------------
 # rounds: HARIS Algorithm 1, one entry per round (DVC `foreach` over this list)
 # --------------------------------------------------------------------------------------------
 
@@ -499,7 +592,8 @@ class WarmupParams:
     GRPO's sparse reward; the paper's recipe starts from the base model).
 
     enabled: run the warm start (false: H_0 = L_0 = ``base_model`` as it is).
-    base_model: the model both agents start from (an embedded name, HF directory or hub id).
+    base_model: the model both agents start from: ``base`` (default: params ``model.base``) or a model
+        (an embedded name, HF directory or hub id org/name; see :func:`resolve_model`).
     source: where the reference trajectories come from: ``world`` (the demo world's gold chains with
         the real retriever's passages; needs demo-world claims) or ``teacher`` (``teacher`` plays both
         agents on the training claims; kept only when its verdict matches the gold label).
@@ -525,7 +619,7 @@ class WarmupParams:
     """
 
     enabled: bool = False
-    base_model: str = "smollm2-135m"
+    base_model: str = "base"
     source: Literal["world", "teacher"] = "world"
     prompt: Literal["full", "short"] = "short"
     max_claims: int = 0
@@ -576,9 +670,11 @@ class EvalSetParams:
 class CheckpointParams:
     """One HARIS checkpoint pair to evaluate (a row of the report).
 
-    name: the system's name in metrics and the report (e.g. ``HARIS r4``).
-    reason: the reasoning agent: a model directory (``models/reason_<r>``) or an embedded model name.
-    search: the search agent, the same way (``models/search_<r>``).
+    name: the system's name in metrics and the report (e.g. ``HARIS (trained)``).
+    reason: the reasoning agent: a symbolic name (``base``, ``warm``, ``last``, ``r<id>``: see
+        :func:`resolve_model`; ``last`` = models/reason_<highest round id>), a model directory or an
+        embedded model name.
+    search: the search agent, the same way (``last`` = models/search_<highest round id>).
     """
 
     name: str
@@ -600,11 +696,13 @@ class EvaluateParams:
     seed: seed of the sampling and of the bootstrap.
     systems: which systems run: ``haris`` (once per checkpoint), ``single_agent``, ``rag``,
         ``decompose_verify``.
-    checkpoints: the HARIS checkpoints; empty = the newest ``models/reason_<r>`` / ``models/search_<r>``
-        pair on disk, else ``base_model``. Every model directory listed here must also be a dependency
-        of the ``evaluate`` stage in dvc.yaml, so a retrained agent reruns the evaluation.
-    base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent) and the fallback
-        HARIS checkpoint.
+    checkpoints: the HARIS checkpoints, one report row each (see :class:`CheckpointParams`); default
+        base, warm and trained: HARIS on ``base`` (params ``model.base``), on ``warm`` (the warm start's
+        models/*_0) and on ``last`` (the last round of params ``rounds``), so adding a round moves the
+        trained row to it. The stage depends on all of ``models/`` in dvc.yaml, so any checkpoint
+        named here reruns the evaluation when it is retrained.
+    base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent): ``base``
+        (default: params ``model.base``) or a model.
     retrieval_mode: how every system searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
     top_k: passages per search (the paper's top-3).
     max_new_tokens: generation budget per agent turn.
@@ -622,8 +720,12 @@ class EvaluateParams:
     seed: int = 0
     systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (
         "haris", "single_agent", "rag", "decompose_verify")
-    checkpoints: tuple[CheckpointParams, ...] = ()
-    base_model: str = "smollm2-135m"
+    checkpoints: tuple[CheckpointParams, ...] = (
+        CheckpointParams("HARIS (base)", "base", "base"),
+        CheckpointParams("HARIS (warm)", "warm", "warm"),
+        CheckpointParams("HARIS (trained)", "last", "last"),
+    )
+    base_model: str = "base"
     retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
     top_k: int = 3
     max_new_tokens: int = 48
@@ -646,10 +748,14 @@ class MemberParams:
     name: how the others address it in the debate and how results name it (unique in the pool).
     system: how it answers in the generation phase, a name of ``factrl.agents.debate.MEMBER_SYSTEMS``:
         ``haris`` (reasoning agent + search agent), ``single_agent``, ``rag`` or ``decompose_verify``.
-    model: its model: an embedded name, a Hugging Face directory (a trained checkpoint such as
-        ``models/reason_2``; list it in the debate stage's deps) or, with backend ``openai``, the API
-        model name (``gpt-4o-mini``, a vLLM-served model).
-    search_model: the search agent of a ``haris`` member (empty = ``model``).
+    model: its model (the reasoning agent's, for a ``haris`` member): a symbolic name (``base``, the
+        default: params ``model.base``; ``warm``, ``last``, ``r<id>``: that round's models/reason_<id>;
+        see :func:`resolve_model`), an embedded name, a Hugging Face directory or, with backend
+        ``openai``, the API model name (``gpt-4o-mini``, a vLLM-served model). The debate stage depends
+        on all of ``models/``, so a retrained checkpoint reruns it.
+    search_model: the search agent of a ``haris`` member, the same way (``last``: models/search_<r>);
+        empty = ``model``, read as the search agent's (``model: last`` alone pairs models/reason_<r>
+        with models/search_<r>).
     backend: how the model runs, a name of ``factrl.llm.backends.BACKENDS``: ``local`` (in-process),
         ``server`` (factrl's own OpenAI-compatible server, started for the stage) or ``openai`` (any
         OpenAI-compatible endpoint).
@@ -662,7 +768,7 @@ class MemberParams:
 
     name: str
     system: str
-    model: str = "smollm2-135m"
+    model: str = "base"
     search_model: str = ""
     backend: str = "local"
     base_url: str = ""
@@ -831,6 +937,7 @@ SECTIONS: dict[str, type] = {
     "index": IndexParams,
     "pipeline": PipelineParams,
     "curriculum": CurriculumParams,
+    "model": ModelParams,
     "rounds": RoundsParams,
     "synthesize": SynthesizeParams,
     "warmup": WarmupParams,

@@ -228,8 +228,29 @@ def test_wrong_params_stop_the_stage_naming_the_key(tmp_path, monkeypatch, secti
     assert key in str(err.value)
 
 
+def test_pool_models_resolve_their_symbolic_names(tmp_path):
+    """Members name models as the rest of params do (factrl.config.resolve_model): `model` as the
+    reasoning agent, `search_model` (empty: `model`'s name, for haris) as the search agent."""
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump({"model": {"base": "smollm2-135m"}, "rounds": {
+        "1": {"prev": 0, "segment": "all"}, "2": {"prev": 1, "segment": "seg1"}}}))
+    pool = (MemberParams("Ada", "haris", model="last"),
+            MemberParams("Ben", "haris", model="warm", search_model="r1"),
+            MemberParams("Cyd", "rag"),
+            MemberParams("Dee", "rag", model="gpt-4o-mini", backend="openai"))
+    resolved = stage.resolve_pool(DebateParams(pool=pool), params_file).pool
+    assert [(m.model, m.search_model) for m in resolved] == [
+        (str(Path("models/reason_2")), str(Path("models/search_2"))),
+        (str(Path("models/reason_0")), str(Path("models/search_1"))),
+        ("smollm2-135m", ""), ("gpt-4o-mini", "")]
+    bad = DebateParams(pool=(pool[0], dataclasses.replace(pool[1], search_model="r7")))
+    with pytest.raises(ConfigError, match=r"debate.pool\[1\].search_model: 'r7': round 7 is not in params rounds"):
+        stage.resolve_pool(bad, params_file)
+
+
 def test_params_yaml_sections_load(repo_root):
-    debate_params = load_section("debate", repo_root / "params.yaml")
+    debate_params = stage.resolve_pool(load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
+    assert debate_params.pool[0].model.startswith("models")  # Ada: the last round's trained pair
     plan = scmaks.debate_plan(debate_params)
     assert len(plan.pool) >= 2 and plan.roles[:2] == ("cooperative", "adversarial")
     assert scmaks.consensus_plan(load_section("fit_consensus", repo_root / "params.yaml")).ppo

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factrl.config import load_section
+from factrl.config import ConfigError, load_section
 from factrl.eval import runner
 from tests.eval.test_runner import ScriptedLLM
 from tests.pipeline_repo import edit_params, make_pipeline_repo
@@ -21,11 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # stages/ lives at
 from stages import evaluate as stage  # noqa: E402
 
 TINY_WORLD = {"source": "world", "world": {"num_passages": 100, "num_claims": 60, "seed": 3}}
+# the scratch worlds train no model: HARIS on the base model alone (the default adds warm and trained)
+BASE_ONLY = [{"name": "HARIS (base)", "reason": "base", "search": "base"}]
 
 
 def _write_params(path: Path, evaluate: dict) -> None:
     path.write_text(yaml.safe_dump({"prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64},
-                                    "evaluate": evaluate}))
+                                    "evaluate": {"checkpoints": BASE_ONLY} | evaluate}))
 
 
 @pytest.fixture
@@ -130,20 +132,27 @@ def test_reward_points_from_training_metrics(tmp_path):
     assert stage.reward_points(tmp_path / "absent") == []
 
 
-def test_checkpoints_resolve(tmp_path, monkeypatch):
+def test_checkpoints_default_to_base_warm_and_trained(tmp_path, monkeypatch):
+    """By default HARIS runs on the base model, the warm start and the last round of params rounds."""
     monkeypatch.chdir(tmp_path)
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": []}}))
-    # nothing on disk: the base model
-    assert stage.resolve_checkpoints(load_section("evaluate", params)) == [("HARIS (base)", "smollm2-135m", "smollm2-135m")]
-    for name in ("reason_0", "search_0", "reason_1", "search_1", "reason_2"):  # round 2 lacks its search agent
+    rounds = {"1": {"prev": 0, "segment": "all"}, "2": {"prev": 1, "segment": "seg1"}}
+    params.write_text(yaml.safe_dump({"model": {"base": "smollm2-135m"}, "evaluate": {}, "rounds": rounds}))
+    with pytest.raises(FileNotFoundError, match=r"checkpoints\[1\].reason: warm = models/reason_0 does not exist"):
+        stage.resolve_checkpoints(load_section("evaluate", params), params)
+    for name in ("reason_0", "search_0", "reason_2", "search_2"):
         (tmp_path / "models" / name).mkdir(parents=True)
-    assert stage.resolve_checkpoints(load_section("evaluate", params)) == [
-        ("HARIS r1", str(Path("models/reason_1")), str(Path("models/search_1")))]
+    assert stage.resolve_checkpoints(load_section("evaluate", params), params) == [
+        ("HARIS (base)", "smollm2-135m", "smollm2-135m"),
+        ("HARIS (warm)", str(Path("models/reason_0")), str(Path("models/search_0"))),
+        ("HARIS (trained)", str(Path("models/reason_2")), str(Path("models/search_2")))]
     params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [
         {"name": "HARIS r4", "reason": "models/reason_4", "search": "models/search_4"}]}}))
     with pytest.raises(FileNotFoundError, match=r"evaluate.checkpoints\[0\].reason: models/reason_4 does not exist"):
-        stage.resolve_checkpoints(load_section("evaluate", params))
+        stage.resolve_checkpoints(load_section("evaluate", params), params)
+    params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [], "systems": ["haris"]}}))
+    with pytest.raises(ConfigError, match=r"evaluate.checkpoints: empty, but systems has haris"):
+        stage.resolve_checkpoints(load_section("evaluate", params), params)
 
 
 def test_sets_are_checked(tmp_path, monkeypatch):
@@ -157,15 +166,17 @@ def test_sets_are_checked(tmp_path, monkeypatch):
         stage.load_sets(load_section("evaluate", params))
 
 
-def test_dvc_deps_list_every_model_checkpoint(repo_root):
-    """A model directory evaluated but not listed as a dependency would not rerun the evaluation."""
-    params = load_section("evaluate", repo_root / "params.yaml")
-    deps = yaml.safe_load((repo_root / "dvc.yaml").read_text())["stages"]["evaluate"]["deps"]
-    for c in params.checkpoints:
-        for spec in (c.reason, c.search):
-            if "/" in spec:
-                assert spec in deps, f"dvc.yaml: evaluate must depend on {spec} (params evaluate.checkpoints)"
-    assert "data/claims" in deps and "index" in deps
+def test_dvc_deps_cover_every_model_checkpoint_of_any_round(repo_root):
+    """evaluate reads checkpoints by symbolic name (resolved against params model and rounds): it
+    depends on all of models/ and on those params, and names no round in dvc.yaml, so adding a round
+    or changing the base model needs no dvc.yaml edit."""
+    stages = yaml.safe_load((repo_root / "dvc.yaml").read_text())["stages"]
+    for name in ("evaluate", "debate"):
+        deps, params = stages[name]["deps"], stages[name]["params"]
+        assert "models" in deps and {"model", "rounds"} <= set(params), name
+        assert not [d for d in deps if str(d).startswith("models/")], f"{name}: a hard-coded round in dvc.yaml"
+    assert "model" in stages["warmup"]["params"]
+    assert "data/claims" in stages["evaluate"]["deps"] and "index" in stages["evaluate"]["deps"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,14 +191,14 @@ def dvc_repo(tmp_path, repo_root, monkeypatch):
                           "optional": True}],
                 "per_hop": 2, "systems": ["haris"], "max_new_tokens": 8, "max_turns": 1, "n_boot": 100,
                 "retrieval_mode": "bm25", "trace_claims": 1,
-                "checkpoints": [{"name": "HARIS (base)", "reason": "smollm2-135m", "search": "smollm2-135m"}]}
+                "checkpoints": BASE_ONLY}
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {
         "prepare": TINY_WORLD, "index": {"embedder": "minilm", "chunk_size": 64}, "evaluate": evaluate})
     # base models only, so evaluate depends on no trained model and no debate (else reproducing it
     # trains both rounds and runs the SC-MAKS stages; evaluate scores no consensus rows without them)
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())
     deps = stages["stages"]["evaluate"]["deps"]
-    stages["stages"]["evaluate"]["deps"] = [d for d in deps if not str(d).startswith(("models/", "consensus/"))]
+    stages["stages"]["evaluate"]["deps"] = [d for d in deps if d != "models" and not str(d).startswith("consensus/")]
     (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     monkeypatch.chdir(repo)
     return repo

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 # no weight decay: it alone moves every weight, so "the weights moved" would not show a policy gradient
 SHORT = dict(group_size=2, prompts_per_step=2, steps=2, lr=5e-5, weight_decay=0.0, micro_batch_size=4,
              max_new_tokens=16, checkpoint_every=1, keep_checkpoints=1, max_turns=1, max_context_tokens=1024,
-             max_tool_response_tokens=64, retrieval_mode="bm25", precision="bf16", seed=1)
+             max_tool_response_tokens=64, retrieval_mode="bm25", precision="auto", seed=1)
 QUESTION = "<question>Who founded it?</question>"
 
 
@@ -174,7 +174,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
     assert not (tmp_path / "ck_s" / "checkpoints").exists()
 
-    search_llm = Recording(LocalLLM(str(out), precision="bf16"))  # L_1 as written: a Hugging Face directory
+    search_llm = Recording(LocalLLM(str(out), precision="auto"))  # L_1 as written: a Hugging Face directory
     model2, tok2 = load()
     before2 = {k: v.clone() for k, v in model2.state_dict().items()}
     rp = ReasonTrainParams(**params, search_max_turns=1, search_max_new_tokens=12)

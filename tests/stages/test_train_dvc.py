@@ -15,7 +15,7 @@ import networkx as nx
 import pytest
 from dvc.repo import Repo
 
-from factrl.config import load_section
+from factrl.config import load_section, resolve_model
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 
 
@@ -107,3 +107,33 @@ def test_rounds_chain_as_algorithm_1(committed_repo):
             if r.prev > 0:  # round r starts from the agents round prev trained
                 start = {s.addressing for s in nx.descendants(graph, by_name[f"synthesize@{r.id}"])}
                 assert {f"train_reason@{r.prev}", f"train_search@{r.prev}"} <= start
+
+
+def test_base_model_edit_reruns_exactly_the_stages_that_read_it(committed_repo):
+    """params model.base is the one key of the base policy: warmup starts from it, debate and evaluate
+    run members and checkpoints named `base`; the rounds start from the warm start's output."""
+    edit_params(committed_repo, {"model": {"base": "HuggingFaceTB/SmolLM2-360M-Instruct"}})
+    assert sorted(_dry(committed_repo)) == ["debate", "evaluate", "warmup"]
+
+
+def test_a_new_round_reaches_evaluate_and_debate_with_no_dvc_yaml_edit(committed_repo):
+    """`last` (evaluate.checkpoints, the debate pool) is the highest round id of params rounds, and both
+    stages depend on models/ and on rounds: adding a round changes their inputs, and DVC chains them
+    after the new round's training, with dvc.yaml as it was."""
+    dvc_yaml = (committed_repo / "dvc.yaml").read_text()
+    last = max(r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds)
+    new = last + 1
+    edit_params(committed_repo, {"rounds": {str(new): {"prev": last, "segment": "seg2", "questions": "all"}}})
+    with Repo(str(committed_repo)) as dvc:
+        changed = set(dvc.status())  # the new round's inputs do not exist yet: a dry repro would stop there
+        assert {f"synthesize@{new}", f"train_search@{new}", f"train_reason@{new}", "evaluate", "debate"} <= changed
+        assert "rounds" in str(dvc.status(["evaluate"]))  # evaluate's own params changed, not only upstream
+        graph = dvc.index.graph
+        by_name = {s.addressing: s for s in graph.nodes}
+        for stage in ("evaluate", "debate"):
+            upstream = {s.addressing for s in nx.descendants(graph, by_name[stage])}
+            assert {f"train_reason@{new}", f"train_search@{new}", "warmup"} <= upstream, stage
+    params = committed_repo / "params.yaml"
+    assert resolve_model("last", "reason", where="evaluate.checkpoints[2].reason", params_file=params) == str(
+        Path(f"models/reason_{new}"))
+    assert (committed_repo / "dvc.yaml").read_text() == dvc_yaml

@@ -34,6 +34,7 @@ from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, RoundParams, SearchTrainParams
+from factrl.config import checkpoint_of  # noqa: F401 - the stages' models/<agent>_<r>, named once in config
 from factrl.io import atomic_path
 from factrl.rewards.registry import get_reward
 
@@ -172,11 +173,6 @@ def find_round(rounds: Sequence[RoundParams], round_id: int) -> RoundParams:
         if r.id == round_id:
             return r
     raise ValueError(f"params.yaml: no round with id {round_id} in rounds {[r.id for r in rounds]}")
-
-
-def checkpoint_of(agent: str, round_id: int) -> Path:
-    """Where round ``round_id``'s agent lives: models/reason_<r> or models/search_<r>."""
-    return Path("models") / f"{agent}_{round_id}"
 
 
 # --------------------------------------------------------------------------------------------
