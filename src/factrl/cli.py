@@ -9,6 +9,8 @@
     factrl evaluate --claims C.jsonl --passages P.jsonl --out DIR   Table 1 on any claim file (factrl.eval.runner)
     factrl profile tiny|long|paper      merge profiles/<name>.yaml into params.yaml (factrl.profiles)
     factrl train-summary [DIR] [--block N]  how reward / format / accuracy moved in metrics/train (factrl.rl.curves)
+    factrl train --stage train_reason@1 [--backend verl] [--dry-run]   one training stage (factrl.recipes.train_cli)
+    factrl serve-agent CHECKPOINT [...]  a trained agent behind `vllm serve` (factrl.llm.vllm)
 
 Sub-commands import their module lazily, so `factrl --help` stays fast.
 """
@@ -31,6 +33,8 @@ COMMANDS = {
     "verify": ("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
     "profile": ("factrl.profiles", "apply a params profile from profiles/ (tiny, long, paper) to params.yaml"),
     "train-summary": ("factrl.rl.curves", "first vs second half (or --block N: per-block means) of each training curve in metrics/train"),
+    "train": ("factrl.recipes.train_cli", "run (or --dry-run: print) one training stage on the local or verl backend"),
+    "serve-agent": ("factrl.llm.vllm", "serve a checkpoint with `vllm serve` (prints the command; GPU machines)"),
 }
 
 
@@ -47,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         # the command is run from there, as `dvc repro` is.
         sys.path.insert(0, ".")
     module = importlib.import_module(COMMANDS[args.command][0])
-    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile", "train-summary"}:
+    if args.command in {"traces", "serve-retriever", "serve-llm", "evaluate", "verify", "profile", "train-summary",
+                        "train", "serve-agent"}:
         return module.main(argv[1:]) or 0
     module.main(*argv[1:2])
     return 0

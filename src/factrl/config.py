@@ -252,16 +252,69 @@ class ReasonTrainParams(AgentTrainParams):
 
 
 @dataclass(frozen=True)
+class VerlParams:
+    """The cluster side of ``train.backend: verl``: verl's ``main_ppo`` on Ray, vLLM (or SGLang)
+    rollouts, an FSDP actor (``factrl.recipes.verl_rounds``; docs/scale.md).
+
+    n_gpus_per_node: GPUs per node verl trains and rolls out on (``trainer.n_gpus_per_node``).
+    nnodes: nodes of the Ray cluster (``trainer.nnodes``).
+    ray_address: address of a running Ray cluster (``ray_kwargs.ray_init.address``, e.g. ``auto``
+        or ``ray://head:10001``); empty = verl starts a local Ray instance.
+    rollout_engine: verl's rollout server: ``vllm`` or ``sglang``.
+    tensor_parallel_size: tensor parallel size of each rollout replica (the paper's 2).
+    gpu_memory_utilization: share of a GPU's memory the rollout engine may take.
+    max_prompt_length: prompt token budget (``data.max_prompt_length``); a longer prompt stops
+        the export with the row named. The response budget is the agent's ``max_context_tokens``
+        minus this.
+    retriever_url: the ``factrl serve-retriever`` the tools search (``http://host:port``); empty =
+        the stage serves ``index/`` itself on ``serve_host:retriever_port`` for the run.
+    search_agent_url: the OpenAI-compatible endpoint serving L_r while the reasoning agent trains
+        (``http://host:port/v1``, serving the model under the name ``models/search_<r>``); empty =
+        the stage runs ``factrl serve-agent models/search_<r>`` (``vllm serve``) itself on
+        ``serve_host:search_agent_port``.
+    serve_host: where the servers the stage starts listen; ``0.0.0.0`` on a multi-node cluster (the
+        tools then reach them by this machine's host name).
+    retriever_port: port of the retriever the stage starts.
+    search_agent_port: port of the search-agent endpoint the stage starts.
+    search_agent_gpus: ``CUDA_VISIBLE_DEVICES`` of the search-agent endpoint the stage starts (the
+        paper gives it one GPU of its own); empty = inherited.
+    extra_overrides: further Hydra overrides appended last (``key=value``, verl's config names).
+    """
+
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    ray_address: str = ""
+    rollout_engine: Literal["vllm", "sglang"] = "vllm"
+    tensor_parallel_size: int = 2
+    gpu_memory_utilization: float = 0.5
+    max_prompt_length: int = 1024
+    retriever_url: str = ""
+    search_agent_url: str = ""
+    serve_host: str = "127.0.0.1"
+    retriever_port: int = 8000
+    search_agent_port: int = 8001
+    search_agent_gpus: str = ""
+    extra_overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TrainParams:
     """The ``train`` section: one sub-section per agent, so each stage depends on its own keys only
-    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``).
+    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``), plus the backend
+    both stages run on.
 
     search: the search agent's GRPO (see :class:`SearchTrainParams`).
     reasoning: the reasoning agent's GRPO (see :class:`ReasonTrainParams`).
+    backend: ``local`` (factrl's own GRPO trainer, in-process; CPU or one GPU) or ``verl`` (verl's
+        ``main_ppo`` on a Ray GPU cluster, configured by ``verl``), fed the same rows, prompts,
+        tools and rewards; both write the same Hugging Face model.
+    verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`).
     """
 
     search: SearchTrainParams = field(default_factory=SearchTrainParams)
     reasoning: ReasonTrainParams = field(default_factory=ReasonTrainParams)
+    backend: Literal["local", "verl"] = "local"
+    verl: VerlParams = field(default_factory=VerlParams)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from factrl.llm.base import LLM, SamplingParams
-from factrl.llm.local import trim_at_stop
+from factrl.llm.tokens import trim_at_stop
 
 Q1 = [{"role": "user", "content": "What is the capital of France?"}]
 Q2 = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
