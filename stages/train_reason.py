@@ -66,10 +66,7 @@ def main(round_id: str, params_file: str = "params.yaml", backend: str | None = 
     if (backend or train.backend) == "verl":
         from factrl.recipes import verl_rounds
 
-        items = haris_rounds.reasoning_prompts(claims, params)
-        result = verl_rounds.run(verl_rounds.plan("reason", rnd, train), items)
-        print(haris_rounds.summary_line(f"train_reason@{rnd.id}", result))
-        return result
+        return verl_rounds.train("reason", rnd, train, haris_rounds.reasoning_prompts(claims, params))
     result = train_reason(
         claims, str(haris_rounds.checkpoint_of("reason", rnd.prev)), str(haris_rounds.checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,

@@ -58,10 +58,7 @@ def main(round_id: str, params_file: str = "params.yaml", backend: str | None = 
     if (backend or train.backend) == "verl":
         from factrl.recipes import verl_rounds
 
-        items = haris_rounds.search_prompts(qa, params)
-        result = verl_rounds.run(verl_rounds.plan("search", rnd, train), items)
-        print(haris_rounds.summary_line(f"train_search@{rnd.id}", result))
-        return result
+        return verl_rounds.train("search", rnd, train, haris_rounds.search_prompts(qa, params))
     result = train_search(
         qa, str(haris_rounds.checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=haris_rounds.checkpoint_of("search", rnd.id),

@@ -10,6 +10,7 @@ fails these tests instead of skipping them.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import hydra.utils
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
@@ -19,7 +20,8 @@ from verl.workers.rollout.replica import TokenOutput
 from factrl.llm.base import SamplingParams
 from factrl.rl import verl_backend
 
-CPU_OVERRIDES = ["trainer.device=cpu", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
+CPU_OVERRIDES = ["trainer.device=cpu", "trainer.n_gpus_per_node=1",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
 
 
 def cpu_config(*overrides: str):
@@ -34,8 +36,12 @@ class StandInServer:
 
     def __init__(self, llm) -> None:
         self.llm = llm
-        self.lock = asyncio.Lock()
+        self.lock = threading.Lock()  # not an asyncio lock: tests run several event loops in turn
         self.requests: list[dict] = []
+
+    def _complete(self, prompt_ids: list[int], params: SamplingParams):
+        with self.lock:
+            return self.llm.complete_tokens([prompt_ids], params)
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
         sp = dict(sampling_params)
@@ -43,8 +49,7 @@ class StandInServer:
         params = SamplingParams(max_tokens=sp["max_tokens"], temperature=sp["temperature"], top_p=sp["top_p"],
                                 stop=tuple(sp.get("stop", ())), include_stop=sp["include_stop_str_in_output"],
                                 seed=sp.get("seed"), ignore_eos=sp.get("ignore_eos", False))
-        async with self.lock:
-            [[c]] = await asyncio.to_thread(self.llm.complete_tokens, [list(prompt_ids)], params)
+        [[c]] = await asyncio.to_thread(self._complete, list(prompt_ids), params)
         eos = [c.extra["eos_id"]] if "eos_id" in c.extra else []
         return TokenOutput(token_ids=list(c.token_ids) + eos, stop_reason="completed")
 

@@ -278,6 +278,11 @@ class VerlParams:
     search_agent_port: port of the search-agent endpoint the stage starts.
     search_agent_gpus: ``CUDA_VISIBLE_DEVICES`` of the search-agent endpoint the stage starts (the
         paper gives it one GPU of its own); empty = inherited.
+    search_agent_memory: the GPU memory share of the search-agent endpoint the stage starts (vLLM's
+        ``--gpu-memory-utilization``; set it when L_r shares a GPU with training); 0 = vLLM's default.
+    train_gpus: ``CUDA_VISIBLE_DEVICES`` of ``main_ppo`` when verl starts Ray itself, so training
+        stays off the search agent's GPU (e.g. ``0,1,2,3,4,5`` beside ``search_agent_gpus: "7"``);
+        empty = inherited.
     extra_overrides: further Hydra overrides appended last (``key=value``, verl's config names).
     """
 
@@ -294,6 +299,8 @@ class VerlParams:
     retriever_port: int = 8000
     search_agent_port: int = 8001
     search_agent_gpus: str = ""
+    search_agent_memory: float = 0.0
+    train_gpus: str = ""
     extra_overrides: tuple[str, ...] = ()
 
 
@@ -444,6 +451,9 @@ class SynthesizeParams:
     rollout_max_tokens: generation budget of each reasoning-agent rollout.
     rollout_temperature: sampling temperature of the rollouts (seeded, so reruns are identical).
     seed: seed of the rollouts and of the question sampling.
+    reason_endpoint: an OpenAI-compatible base URL serving H_prev (``factrl serve-agent
+        models/reason_<prev>``, i.e. ``vllm serve``); empty = in-process.
+    search_endpoint: the same for L_prev (``models/search_<prev>``); empty = in-process.
     """
 
     teacher: TeacherParams = field(default_factory=TeacherParams)
@@ -457,6 +467,8 @@ class SynthesizeParams:
     rollout_max_tokens: int = 256
     rollout_temperature: float = 1.0
     seed: int = 17
+    reason_endpoint: str = ""
+    search_endpoint: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,7 +504,9 @@ class CheckpointParams:
     """One HARIS checkpoint pair to evaluate (a row of the report).
 
     name: the system's name in metrics and the report (e.g. ``HARIS r4``).
-    reason: the reasoning agent: a model directory (``models/reason_<r>``) or an embedded model name.
+    reason: the reasoning agent: a model directory (``models/reason_<r>``), an embedded model name, or
+        an OpenAI-compatible endpoint (``openai:MODEL@URL``, e.g. the checkpoint behind ``factrl
+        serve-agent``, or ``openai:gpt-4o-mini`` as a prompted agent; see ``factrl.llm.backends``).
     search: the search agent, the same way (``models/search_<r>``).
     """
 
@@ -514,7 +528,7 @@ class EvaluateParams:
         pair on disk, else ``base_model``. Every model directory listed here must also be a dependency
         of the ``evaluate`` stage in dvc.yaml, so a retrained agent reruns the evaluation.
     base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent) and the fallback
-        HARIS checkpoint.
+        HARIS checkpoint; an LLM spec like the checkpoints' (the paper's baselines: ``openai:gpt-4o``).
     retrieval_mode: how every system searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
     top_k: passages per search (the paper's top-3).
     max_new_tokens: generation budget per agent turn.

@@ -12,9 +12,11 @@ import contextlib
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 
@@ -34,23 +36,26 @@ def reachable_host(bind_host: str) -> str:
 
 @contextlib.contextmanager
 def spawn(command: Sequence[str], ready_url: str, *, timeout: float = 300.0, env: Mapping[str, str] | None = None,
-          name: str | None = None) -> Iterator[subprocess.Popen]:
-    """Run ``command``; yield the process once ``ready_url`` answers 200; stop it on exit."""
+          name: str | None = None, log_path: str | Path | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``command``; yield the process once ``ready_url`` answers 200; stop it on exit.
+
+    Its output goes to ``log_path`` (appended) or a temporary file, never to a pipe nobody reads
+    (a server that logs for hours would block on a full pipe); a failure quotes its last lines.
+    """
     name = name or os.path.basename(command[0])
-    proc = subprocess.Popen(list(command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **dict(env or {})})
+    log = open(log_path, "a+b") if log_path is not None else tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **dict(env or {})})
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}: "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+                raise RuntimeError(f"{name} exited with {proc.returncode}: {_tail(log)}")
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(ready_url, timeout=2) as resp:
                     if resp.status == 200:
                         break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} did not answer {ready_url} within {timeout:.0f}s")
+                raise TimeoutError(f"{name} did not answer {ready_url} within {timeout:.0f}s: {_tail(log)}")
             time.sleep(0.5)
         yield proc
     finally:
@@ -60,3 +65,10 @@ def spawn(command: Sequence[str], ready_url: str, *, timeout: float = 300.0, env
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
+
+
+def _tail(log, size: int = 2000) -> str:
+    log.flush()
+    log.seek(max(0, os.fstat(log.fileno()).st_size - size))
+    return log.read().decode(errors="replace")

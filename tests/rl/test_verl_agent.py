@@ -104,7 +104,8 @@ def test_verl_limits_bind_the_loop(config, tok):
     """multi_turn.max_user_turns caps tool calls; a response never outgrows rollout.response_length."""
     script = ScriptLLM(tok, reply)
     one_call = cpu_config("actor_rollout_ref.rollout.multi_turn.max_user_turns=1",
-                          "actor_rollout_ref.rollout.prompt_length=256", "actor_rollout_ref.rollout.response_length=512")
+                          "actor_rollout_ref.rollout.prompt_length=256",
+                          "actor_rollout_ref.rollout.response_length=512")
     [alpha], _ = verl_rollouts(one_call, script, tok, ["Alpha"])
     assert alpha.extra_fields == {"num_tool_calls": 1, "finish_reason": "max_turns"}
     short = cpu_config("actor_rollout_ref.rollout.prompt_length=256", "actor_rollout_ref.rollout.response_length=30",

@@ -70,6 +70,33 @@ def endpoint_spec(model: str, base_url: str = "") -> str:
     return str(LLMSpec("openai", model, base_url))
 
 
+def route(spec: str, backend: str = "local", base_url: str = "", model: str | None = None) -> str:
+    """Where a command-line model runs: ``spec`` itself with ``backend`` ``local`` (or when it is
+    already an ``openai:`` spec), else ``model`` (default: ``spec``) behind the endpoint ``base_url``."""
+    if backend == "local" or spec.startswith(OPENAI_PREFIX):
+        return spec
+    if backend != "openai":
+        raise ValueError(f"unknown backend {backend!r}; expected 'local' or 'openai'")
+    return endpoint_spec(model or spec, base_url)
+
+
+def add_endpoint_args(parser) -> None:
+    """``--backend local|openai``, ``--base-url``, ``--model``: run every agent and baseline of a
+    command on one OpenAI-compatible endpoint (see :func:`route`)."""
+    parser.add_argument("--backend", choices=("local", "openai"), default="local",
+                        help="local: models run in-process; openai: every agent and baseline is sent to the "
+                             "OpenAI-compatible endpoint --base-url (vllm serve, factrl serve-llm, OpenAI). "
+                             "Per-agent endpoints: give LLM specs openai:MODEL@URL as the model arguments")
+    parser.add_argument("--base-url", default="", help="endpoint of --backend openai (default: OpenAI's API)")
+    parser.add_argument("--model", default=None,
+                        help="the served model's name for --backend openai (default: each model argument)")
+
+
+def routed(args, spec: str) -> str:
+    """``spec`` routed by the arguments of :func:`add_endpoint_args`."""
+    return route(spec, args.backend, args.base_url, args.model)
+
+
 def served_tokenizer(model: str):
     """The tokenizer of a served model when factrl can load it offline (an embedded name or a local
     checkpoint directory, as ``factrl serve-agent`` names what it serves), else None (a hub id or

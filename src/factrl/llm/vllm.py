@@ -56,7 +56,8 @@ def base_url(host: str, port: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``factrl serve-agent``."""
     ap = argparse.ArgumentParser(prog="factrl serve-agent", description=__doc__.splitlines()[0])
-    ap.add_argument("checkpoint", help="a Hugging Face model directory (models/reason_<r>, models/search_<r>) or hub id")
+    ap.add_argument("checkpoint",
+                    help="a Hugging Face model directory (models/reason_<r>, models/search_<r>) or a hub id")
     ap.add_argument("--host", default=LOOPBACK, help="bind address (loopback unless told otherwise)")
     ap.add_argument("--port", type=int, default=8001)
     ap.add_argument("--tensor-parallel-size", type=int, default=1)

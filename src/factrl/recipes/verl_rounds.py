@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,35 @@ from factrl.recipes.haris_verl import REASONING, SEARCH
 from factrl.rl import verl_backend
 from factrl.servers import reachable_host
 
-AGENTS = ("search", "reason")
 REWARD_MODULE = "pkg://factrl.recipes.haris_verl"
-LOOP_CLASSES = {REASONING: "factrl.recipes.haris_verl.ReasoningAgentLoop",
-                SEARCH: "factrl.recipes.haris_verl.SearchAgentLoop"}
-RETRIEVER_TOOL = "factrl.recipes.haris_verl.RetrieverVerlTool"
-SEARCH_AGENT_TOOL = "factrl.recipes.haris_verl.SearchAgentVerlTool"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+    """What an agent is on verl: its agent loop (also its reward's name, the rows' ``data_source``),
+    its tool, and how an item becomes a row: the prompt made from ``item[prompt_key]``, the ground
+    truth ``item[truth_key]``."""
+
+    name: str  # as in models/<name>_<r>, checkpoints/<name>_r<id>, train_<search|reason>@<r>
+    loop: str
+    loop_class: str
+    tool: str
+    tool_class: str
+    messages: Callable[[str], list]
+    prompt_key: str
+    truth_key: str
+    ability: str
+    reward_style: str
+
+
+AGENTS = {
+    "search": AgentSpec("search", SEARCH, "factrl.recipes.haris_verl.SearchAgentLoop", "retriever",
+                        "factrl.recipes.haris_verl.RetrieverVerlTool", haris.search_messages, "question", "answer",
+                        "fact_search", "judge"),
+    "reason": AgentSpec("reason", REASONING, "factrl.recipes.haris_verl.ReasoningAgentLoop", "search_agent",
+                        "factrl.recipes.haris_verl.SearchAgentVerlTool", haris.reasoning_messages, "claim", "label",
+                        "claim_verification", "rule"),
+}
 # RolloutParams fields a verl loop or tool takes from factrl's params (the rest are the agents' own)
 ROLLOUT_FIELDS = ("max_turns", "max_new_tokens", "max_context_tokens", "max_tool_response_tokens", "temperature")
 METRICS_GLOB = "verl_metrics_*.jsonl"
@@ -55,6 +79,7 @@ class Server:
     command: list[str]
     ready_url: str
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    log: str = "server.log"  # its output, in the work directory
 
 
 @dataclasses.dataclass
@@ -111,14 +136,13 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
     """The verl run of ``agent`` (``search`` | ``reason``) in round ``rnd`` (paths absolute: Ray
     workers run elsewhere)."""
     if agent not in AGENTS:
-        raise ValueError(f"unknown agent {agent!r}; expected one of {AGENTS}")
+        raise ValueError(f"unknown agent {agent!r}; expected one of {sorted(AGENTS)}")
     from factrl.llm.vllm import base_url, serve_agent_command, served_name
 
-    cluster = train.verl
+    spec, cluster = AGENTS[agent], train.verl
     models_dir, index_dir = Path(models_dir).resolve(), Path(index_dir).resolve()
-    name = "search" if agent == "search" else "reason"
     cfg: AgentTrainParams = train.search if agent == "search" else train.reasoning
-    work_dir = (Path(checkpoints_dir) / f"{name}_r{rnd.id}").resolve()
+    work_dir = (Path(checkpoints_dir) / f"{spec.name}_r{rnd.id}").resolve()
     host = reachable_host(cluster.serve_host)
     servers: list[Server] = []
     retriever_url = cluster.retriever_url
@@ -127,11 +151,10 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         servers.append(Server("factrl serve-retriever", [
             sys.executable, "-m", "factrl.cli", "serve-retriever", "--index", str(index_dir), "--mode",
             cfg.retrieval_mode, "--host", cluster.serve_host, "--port", str(cluster.retriever_port)],
-            f"{retriever_url}/health"))
-    retriever = {"retriever_url": retriever_url, "top_k": cfg.top_k}
+            f"{retriever_url}/health", log="retriever.log"))
+    tool_config = {"name": spec.tool, "retriever_url": retriever_url, "top_k": cfg.top_k}
     extra_fingerprint: dict[str, Any] = {"backend": "verl"}
     if agent == "search":
-        agent_name, tool = SEARCH, (RETRIEVER_TOOL, {"name": "retriever", **retriever})
         rollout = _rollout_fields(haris_rounds.search_rollout_params(cfg))
         reward_kwargs = {"judge": cfg.judge, "judge_threshold": cfg.judge_threshold, "judge_model": cfg.judge_model}
     else:
@@ -140,28 +163,31 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         if not endpoint:
             endpoint = base_url(cluster.serve_host, cluster.search_agent_port)
             command = serve_agent_command(search_model, host=cluster.serve_host, port=cluster.search_agent_port,
-                                          max_model_len=cfg.max_context_tokens)
-            servers.append(Server("L_r behind vllm serve (factrl serve-agent)", command, f"{endpoint}/models",
-                                  {"CUDA_VISIBLE_DEVICES": cluster.search_agent_gpus} if cluster.search_agent_gpus else {}))
-        agent_name = REASONING
-        tool = (SEARCH_AGENT_TOOL, {"name": "search_agent", "model": served_name(search_model), "base_url": endpoint,
-                                    **retriever, "rollout": _rollout_fields(haris_rounds.served_search_params(cfg))})
+                                          max_model_len=cfg.max_context_tokens,
+                                          gpu_memory_utilization=cluster.search_agent_memory or None)
+            gpus = {"CUDA_VISIBLE_DEVICES": cluster.search_agent_gpus} if cluster.search_agent_gpus else {}
+            servers.append(Server("L_r behind vllm serve (factrl serve-agent)", command, f"{endpoint}/models", gpus,
+                                  log="search_agent.log"))
+        tool_config |= {"model": served_name(search_model), "base_url": endpoint,
+                        "rollout": _rollout_fields(haris_rounds.served_search_params(cfg))}
         rollout = _rollout_fields(haris_rounds.reasoning_rollout_params(cfg))
         reward_kwargs = {}
         extra_fingerprint["search_model"] = haris_rounds.model_digest(search_model)
-    loops = {agent_name: (LOOP_CLASSES[agent_name], {"rollout": rollout})}
-    init_model = str(models_dir / f"{name}_{rnd.prev}")
+    init_model = str(models_dir / f"{spec.name}_{rnd.prev}")
     p = VerlPlan(
-        stage=f"train_{'search' if agent == 'search' else 'reason'}@{rnd.id}", agent=agent, cfg=cfg,
-        init_model=init_model, out_model=models_dir / f"{name}_{rnd.id}",
-        metrics_path=(Path(metrics_dir) / f"{name}_r{rnd.id}.csv").resolve(), work_dir=work_dir,
-        tools=[tool], loops=loops, overrides=[], servers=servers, env={}, extra_fingerprint=extra_fingerprint)
+        stage=f"train_{spec.name}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
+        out_model=models_dir / f"{spec.name}_{rnd.id}",
+        metrics_path=(Path(metrics_dir) / f"{spec.name}_r{rnd.id}.csv").resolve(), work_dir=work_dir,
+        tools=[(spec.tool_class, tool_config)], loops={spec.loop: (spec.loop_class, {"rollout": rollout})},
+        overrides=[], servers=servers, env={}, extra_fingerprint=extra_fingerprint)
     p.overrides = verl_backend.grpo_overrides(
-        cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=agent_name,
+        cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=spec.loop,
         tool_config=str(p.tool_config), agent_loop_config=str(p.agent_loop_config),
-        state_dir=str(work_dir / "verl"), experiment=f"{name}_r{rnd.id}", reward_function=REWARD_MODULE,
+        state_dir=str(work_dir / "verl"), experiment=f"{spec.name}_r{rnd.id}", reward_function=REWARD_MODULE,
         reward_kwargs=reward_kwargs, device=device)
     p.env = {verl_backend.LOG_FILE_ENV: str(work_dir / METRICS_GLOB.replace("*", "{launch}"))}
+    if cluster.train_gpus:
+        p.env["CUDA_VISIBLE_DEVICES"] = cluster.train_gpus
     return p
 
 
@@ -170,28 +196,21 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
 # --------------------------------------------------------------------------------------------
 
 
-def search_rows(items: list[dict]) -> list[dict]:
-    """verl rows of the search agent's prompts (``id``, ``question``, ``answer``)."""
+def agent_rows(agent: str, items: list[dict]) -> list[dict]:
+    """verl rows of an agent's prompts: the search agent's (``id``, ``question``, ``answer``) or the
+    reasoning agent's (``id``, ``claim``, ``label``)."""
+    spec = AGENTS[agent]
     return [verl_backend.verl_row(
-        index=i, data_source=SEARCH, agent_name=SEARCH, messages=haris.search_messages(it["question"]),
-        ground_truth=it["answer"], ability="fact_search", reward_style="judge", tool_name="retriever",
-        create_kwargs={"row_id": str(it["id"])}, extra={"id": str(it["id"]), "question": it["question"]})
-        for i, it in enumerate(items)]
-
-
-def reasoning_rows(items: list[dict]) -> list[dict]:
-    """verl rows of the reasoning agent's prompts (``id``, ``claim``, ``label``)."""
-    return [verl_backend.verl_row(
-        index=i, data_source=REASONING, agent_name=REASONING, messages=haris.reasoning_messages(it["claim"]),
-        ground_truth=it["label"], ability="claim_verification", reward_style="rule", tool_name="search_agent",
-        create_kwargs={"row_id": str(it["id"])}, extra={"id": str(it["id"]), "claim": it["claim"]})
+        index=i, data_source=spec.loop, agent_name=spec.loop, messages=spec.messages(it[spec.prompt_key]),
+        ground_truth=it[spec.truth_key], ability=spec.ability, reward_style=spec.reward_style, tool_name=spec.tool,
+        create_kwargs={"row_id": str(it["id"])}, extra={"id": str(it["id"]), spec.prompt_key: it[spec.prompt_key]})
         for i, it in enumerate(items)]
 
 
 def export(p: VerlPlan, items: list[dict], tokenizer=None) -> None:
     """Write the rows (checked against ``train.verl.max_prompt_length`` when a tokenizer is given)
     and the tool and agent-loop configs into the plan's work directory."""
-    rows = search_rows(items) if p.agent == "search" else reasoning_rows(items)
+    rows = agent_rows(p.agent, items)
     verl_backend.check_rows(rows, f"{p.stage} prompts", tokenizer=tokenizer,
                             max_prompt_length=_override(p, "data.max_prompt_length"))
     verl_backend.write_dataset(rows, p.train_file)
@@ -231,7 +250,8 @@ def run(p: VerlPlan, items: list[dict]) -> haris_rounds.RunResult:
     print(p.describe(), flush=True)
     with contextlib.ExitStack() as stack:
         for server in p.servers:
-            stack.enter_context(spawn(server.command, server.ready_url, env=server.env, name=server.name, timeout=1800))
+            stack.enter_context(spawn(server.command, server.ready_url, env=server.env, name=server.name,
+                                      timeout=1800, log_path=p.work_dir / server.log))
         subprocess.run(p.command, env={**os.environ, **env}, check=True)
     actor = verl_backend.latest_checkpoint(p.work_dir / "verl")
     if actor is None:
@@ -249,3 +269,11 @@ def run(p: VerlPlan, items: list[dict]) -> haris_rounds.RunResult:
     shutil.rmtree(p.out_model, ignore_errors=True)
     os.replace(tmp, p.out_model)
     return haris_rounds.RunResult(rows=rows, resumed=resumed)
+
+
+def train(agent: str, rnd: RoundParams, train_params: TrainParams, items: list[dict]) -> haris_rounds.RunResult:
+    """A stage's run on verl: :func:`plan`, then :func:`run`, then the stage's summary line."""
+    p = plan(agent, rnd, train_params)
+    result = run(p, items)
+    print(haris_rounds.summary_line(p.stage, result))
+    return result

@@ -189,7 +189,8 @@ class FactrlAgentLoop(AgentLoopBase):
         params = self.rollout_params(sampling_params, len(prompt_ids))
         engine = VerlEngine(self.server_manager, self.tokenizer, self.eos_ids,
                             {k: sampling_params[k] for k in PASSTHROUGH if k in sampling_params})
-        create_kwargs = dict(plain(kwargs.get("tools_kwargs") or {}).get(self.tool_name or "", {}).get("create_kwargs", {}))
+        tools_kwargs = plain(kwargs.get("tools_kwargs") or {})
+        create_kwargs = dict(tools_kwargs.get(self.tool_name or "", {}).get("create_kwargs", {}))
         tool_seconds = 0.0
 
         async def call_tool(action: CallTool) -> str:
@@ -200,8 +201,8 @@ class FactrlAgentLoop(AgentLoopBase):
             finally:
                 tool_seconds += time.perf_counter() - started
 
-        traj: Trajectory = await drive(agent_loop(engine, prompt_ids, None, self.tool, params, tokenizer=self.tokenizer),
-                                       engine.generate, call_tool)
+        loop = agent_loop(engine, prompt_ids, None, self.tool, params, tokenizer=self.tokenizer)
+        traj: Trajectory = await drive(loop, engine.generate, call_tool)
         return AgentLoopOutput(
             prompt_ids=traj.prompt_ids, response_ids=traj.response_ids, response_mask=traj.loss_mask,
             num_turns=1 + sum(role == "model" for role, _ in traj.turns) + traj.num_tool_calls,
