@@ -98,7 +98,7 @@ class VerlPlan:
     overrides: list[str]
     servers: list[Server]
     env: dict[str, str]
-    extra_fingerprint: dict[str, Any]
+    search_model: str | None = None  # L_r, whose weights are part of the reasoning agent's run
 
     @property
     def train_file(self) -> Path:
@@ -115,6 +115,13 @@ class VerlPlan:
     @property
     def command(self) -> list[str]:
         return verl_backend.main_ppo_command(self.overrides)
+
+    def extra_fingerprint(self) -> dict[str, Any]:
+        """What else the run's result depends on (hashed when the run starts, not when planned)."""
+        extra: dict[str, Any] = {"backend": "verl"}
+        if self.search_model is not None:
+            extra["search_model"] = haris_rounds.model_digest(self.search_model)
+        return extra
 
     def describe(self) -> str:
         """The shell lines the run executes, in order (what ``factrl train --dry-run`` prints)."""
@@ -153,7 +160,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
             cfg.retrieval_mode, "--host", cluster.serve_host, "--port", str(cluster.retriever_port)],
             f"{retriever_url}/health", log="retriever.log"))
     tool_config = {"name": spec.tool, "retriever_url": retriever_url, "top_k": cfg.top_k}
-    extra_fingerprint: dict[str, Any] = {"backend": "verl"}
+    search_model = None
     if agent == "search":
         rollout = _rollout_fields(haris_rounds.search_rollout_params(cfg))
         reward_kwargs = {"judge": cfg.judge, "judge_threshold": cfg.judge_threshold, "judge_model": cfg.judge_model}
@@ -172,14 +179,13 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
                         "rollout": _rollout_fields(haris_rounds.served_search_params(cfg))}
         rollout = _rollout_fields(haris_rounds.reasoning_rollout_params(cfg))
         reward_kwargs = {}
-        extra_fingerprint["search_model"] = haris_rounds.model_digest(search_model)
     init_model = str(models_dir / f"{spec.name}_{rnd.prev}")
     p = VerlPlan(
         stage=f"train_{spec.name}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
         out_model=models_dir / f"{spec.name}_{rnd.id}",
         metrics_path=(Path(metrics_dir) / f"{spec.name}_r{rnd.id}.csv").resolve(), work_dir=work_dir,
         tools=[(spec.tool_class, tool_config)], loops={spec.loop: (spec.loop_class, {"rollout": rollout})},
-        overrides=[], servers=servers, env={}, extra_fingerprint=extra_fingerprint)
+        overrides=[], servers=servers, env={}, search_model=search_model)
     p.overrides = verl_backend.grpo_overrides(
         cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=spec.loop,
         tool_config=str(p.tool_config), agent_loop_config=str(p.agent_loop_config),
@@ -238,12 +244,12 @@ def run(p: VerlPlan, items: list[dict]) -> haris_rounds.RunResult:
     from factrl.rl.trainer import write_metrics
     from factrl.servers import spawn
 
+    extra = p.extra_fingerprint()
     if not items:
         return haris_rounds.pass_on_unchanged(agent=p.agent, init_model=p.init_model, items=items, cfg=p.cfg,
                                               state_dir=p.work_dir, out_model=p.out_model,
-                                              metrics_path=p.metrics_path, extra_fingerprint=p.extra_fingerprint)
-    haris_rounds.prepare_state_dir(p.work_dir, haris_rounds.fingerprint(p.cfg, p.init_model, items,
-                                                                        p.extra_fingerprint))
+                                              metrics_path=p.metrics_path, extra_fingerprint=extra)
+    haris_rounds.prepare_state_dir(p.work_dir, haris_rounds.fingerprint(p.cfg, p.init_model, items, extra))
     resumed = verl_backend.latest_checkpoint(p.work_dir / "verl") is not None
     export(p, items, AutoTokenizer.from_pretrained(resolve_model_path(p.init_model)))
     env = {k: v.replace("{launch}", str(int(time.time()))) for k, v in p.env.items()}
