@@ -40,13 +40,15 @@ _TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
 
 def resolve_checkpoints(params: EvaluateParams, models: Path = Path("models")) -> list[tuple[str, str, str]]:
     """(name, reason, search) per checkpoint. Empty params = the newest round with both
-    models/reason_<r> and models/search_<r> on disk, else the base model. A listed model that looks
-    like a path (has a '/') must exist."""
+    models/reason_<r> and models/search_<r> on disk, else the base model. A listed local model that
+    looks like a path (has a '/') must exist; an endpoint (``openai:MODEL@URL``) is taken as given."""
+    from factrl.llm.backends import parse_spec
+
     if params.checkpoints:
         for i, c in enumerate(params.checkpoints):
             for agent in ("reason", "search"):
                 spec = getattr(c, agent)
-                if "/" in spec and not Path(spec).exists():
+                if parse_spec(spec).backend == "local" and "/" in spec and not Path(spec).exists():
                     raise FileNotFoundError(f"params.yaml: evaluate.checkpoints[{i}].{agent}: {spec} does not exist "
                                             "(train that round first, or list an existing checkpoint)")
         return [(c.name, c.reason, c.search) for c in params.checkpoints]

@@ -294,16 +294,76 @@ class ReasonTrainParams(AgentTrainParams):
 
 
 @dataclass(frozen=True)
+class VerlParams:
+    """The cluster side of ``train.backend: verl``: verl's ``main_ppo`` on Ray, vLLM (or SGLang)
+    rollouts, an FSDP actor (``factrl.recipes.verl_rounds``; docs/scale.md).
+
+    n_gpus_per_node: GPUs per node verl trains and rolls out on (``trainer.n_gpus_per_node``).
+    nnodes: nodes of the Ray cluster (``trainer.nnodes``).
+    ray_address: address of a running Ray cluster (``ray_kwargs.ray_init.address``, e.g. ``auto``
+        or ``ray://head:10001``); empty = verl starts a local Ray instance.
+    rollout_engine: verl's rollout server: ``vllm`` or ``sglang``.
+    tensor_parallel_size: tensor parallel size of each rollout replica (the paper's 2).
+    gpu_memory_utilization: share of a GPU's memory the rollout engine may take.
+    max_prompt_length: prompt token budget (``data.max_prompt_length``); a longer prompt stops
+        the export with the row named. The response budget is the agent's ``max_context_tokens``
+        minus this.
+    retriever_url: the ``factrl serve-retriever`` the tools search (``http://host:port``); empty =
+        the stage serves ``index/`` itself on ``serve_host:retriever_port`` for the run.
+    search_agent_url: the OpenAI-compatible endpoint serving L_r while the reasoning agent trains
+        (``http://host:port/v1``, serving the model under the name ``models/search_<r>``); empty =
+        the stage runs ``factrl serve-agent models/search_<r>`` (``vllm serve``) itself on
+        ``serve_host:search_agent_port``.
+    serve_host: where the servers the stage starts listen; ``0.0.0.0`` on a multi-node cluster (the
+        tools then reach them by this machine's host name).
+    retriever_port: port of the retriever the stage starts.
+    search_agent_port: port of the search-agent endpoint the stage starts.
+    search_agent_gpus: ``CUDA_VISIBLE_DEVICES`` of the search-agent endpoint the stage starts (the
+        paper gives it one GPU of its own); empty = inherited.
+    search_agent_memory: the GPU memory share of the search-agent endpoint the stage starts (vLLM's
+        ``--gpu-memory-utilization``; set it when L_r shares a GPU with training); 0 = vLLM's default.
+    train_gpus: ``CUDA_VISIBLE_DEVICES`` of ``main_ppo`` when verl starts Ray itself, so training
+        stays off the search agent's GPU (e.g. ``0,1,2,3,4,5`` beside ``search_agent_gpus: "7"``);
+        empty = inherited.
+    extra_overrides: further Hydra overrides appended last (``key=value``, verl's config names).
+    """
+
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    ray_address: str = ""
+    rollout_engine: Literal["vllm", "sglang"] = "vllm"
+    tensor_parallel_size: int = 2
+    gpu_memory_utilization: float = 0.5
+    max_prompt_length: int = 1024
+    retriever_url: str = ""
+    search_agent_url: str = ""
+    serve_host: str = "127.0.0.1"
+    retriever_port: int = 8000
+    search_agent_port: int = 8001
+    search_agent_gpus: str = ""
+    search_agent_memory: float = 0.0
+    train_gpus: str = ""
+    extra_overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TrainParams:
     """The ``train`` section: one sub-section per agent, so each stage depends on its own keys only
-    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``).
+    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``), plus the backend
+    both stages run on.
 
     search: the search agent's GRPO (see :class:`SearchTrainParams`).
     reasoning: the reasoning agent's GRPO (see :class:`ReasonTrainParams`).
+    backend: ``local`` (factrl's own GRPO trainer, in-process; CPU or one GPU) or ``verl`` (verl's
+        ``main_ppo`` on a Ray GPU cluster, configured by ``verl``), fed the same rows, prompts,
+        tools and rewards; both write the same Hugging Face model.
+    verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`).
     """
 
     search: SearchTrainParams = field(default_factory=SearchTrainParams)
     reasoning: ReasonTrainParams = field(default_factory=ReasonTrainParams)
+    backend: Literal["local", "verl"] = "local"
+    verl: VerlParams = field(default_factory=VerlParams)
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,6 +497,9 @@ class SynthesizeParams:
     seed: seed of the rollouts and of the question sampling.
     device: where the rollout models (the round's reasoning and search agents) run: ``auto``,
         ``cpu``, ``cuda[:n]`` (the teacher has its own, ``teacher.device``).
+    reason_endpoint: an OpenAI-compatible base URL serving H_prev (``factrl serve-agent
+        models/reason_<prev>``, i.e. ``vllm serve``); empty = in-process.
+    search_endpoint: the same for L_prev (``models/search_<prev>``); empty = in-process.
     """
 
     teacher: TeacherParams = field(default_factory=TeacherParams)
@@ -450,6 +513,8 @@ class SynthesizeParams:
     rollout_temperature: float = 1.0
     seed: int = 17
     device: Device = "auto"
+    reason_endpoint: str = ""
+    search_endpoint: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,7 +642,9 @@ class CheckpointParams:
     """One HARIS checkpoint pair to evaluate (a row of the report).
 
     name: the system's name in metrics and the report (e.g. ``HARIS r4``).
-    reason: the reasoning agent: a model directory (``models/reason_<r>``) or an embedded model name.
+    reason: the reasoning agent: a model directory (``models/reason_<r>``), an embedded model name, or
+        an OpenAI-compatible endpoint (``openai:MODEL@URL``, e.g. the checkpoint behind ``factrl
+        serve-agent``, or ``openai:gpt-4o-mini`` as a prompted agent; see ``factrl.llm.backends``).
     search: the search agent, the same way (``models/search_<r>``).
     """
 
@@ -604,7 +671,7 @@ class EvaluateParams:
         pair on disk, else ``base_model``. Every model directory listed here must also be a dependency
         of the ``evaluate`` stage in dvc.yaml, so a retrained agent reruns the evaluation.
     base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent) and the fallback
-        HARIS checkpoint.
+        HARIS checkpoint; an LLM spec like the checkpoints' (the paper's baselines: ``openai:gpt-4o``).
     retrieval_mode: how every system searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
     top_k: passages per search (the paper's top-3).
     max_new_tokens: generation budget per agent turn.
