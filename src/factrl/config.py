@@ -461,7 +461,8 @@ class TeacherParams:
         ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``) or
         ``world`` (no LLM: the answer is read off the claim's gold chain of demo-world facts,
         ``factrl.data.world_teacher``; demo-world claims only; the other fields are unused).
-    model: model name: an embedded name or HF directory for local/server, the API model otherwise.
+    model: model name: an embedded name or HF directory for local/server, the API model otherwise;
+        an ``openai:MODEL@URL`` spec names its endpoint itself, whatever ``backend`` says.
     base_url: endpoint of the ``openai`` backend (empty = OpenAI's default URL).
     api_key_env: environment variable holding the API key (never written anywhere).
     max_tokens: generation budget of one teacher answer.
@@ -715,7 +716,8 @@ class MemberParams:
         ``haris`` (reasoning agent + search agent), ``single_agent``, ``rag`` or ``decompose_verify``.
     model: its model: an embedded name, a Hugging Face directory (a trained checkpoint such as
         ``models/reason_2``; list it in the debate stage's deps) or, with backend ``openai``, the API
-        model name (``gpt-4o-mini``, a vLLM-served model).
+        model name (``gpt-4o-mini``, a vLLM-served model); an ``openai:MODEL@URL`` spec names its
+        endpoint itself, whatever ``backend`` says.
     search_model: the search agent of a ``haris`` member (empty = ``model``).
     backend: how the model runs, a name of ``factrl.llm.backends.BACKENDS``: ``local`` (in-process),
         ``server`` (factrl's own OpenAI-compatible server, started for the stage) or ``openai`` (any

@@ -88,6 +88,15 @@ def test_compute_score_is_the_local_trainers_reward():
         [want] = local([{"label": label}], [SimpleNamespace(response_text=text)])
         got = hook(data_source=REASONING, solution_str=text, ground_truth=label, extra_info={"index": 0})
         assert got == {"score": want.score, **want.parts} and got["score"] == expected, text
+    # "ask before you decide" (train.reasoning.require_question, passed as a reward kwarg): a
+    # multi-hop verdict without a question is invalid; the hop count rides in extra_info
+    direct = "<think>a</think><verification>\\boxed{Support}</verification>"
+    strict, local = reward_hook(require_question=True), haris_rounds.reasoning_reward_fn(require_question=True)
+    for hops in (1, 3):
+        [want] = local([{"label": "SUPPORTS", "num_hops": hops}], [SimpleNamespace(response_text=direct)])
+        got = strict(data_source=REASONING, solution_str=direct, ground_truth="SUPPORTS",
+                     extra_info={"index": 0, "num_hops": hops})
+        assert got == {"score": want.score, **want.parts} and got["score"] == (1.0 if hops == 1 else 0.0)
     hook = reward_hook(judge="rule", judge_threshold=0.5)
     local = haris_rounds.search_reward_fn(haris_rounds.search_judge("rule", 0.5, ""))
     for text, answer, expected in SEARCH_CASES:
@@ -144,6 +153,8 @@ def assert_same(local_trajs, outs):
         assert out.response_ids == traj.response_ids
         assert out.response_mask == traj.loss_mask
         assert out.extra_fields["num_tool_calls"] == traj.num_tool_calls
+        # the engine's log-probs of the sampled ids reach verl (its rollout correction reads them)
+        assert traj.response_logprobs is not None and out.response_logprobs == traj.response_logprobs
 
 
 @pytest.mark.slow

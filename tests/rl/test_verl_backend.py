@@ -82,6 +82,10 @@ def test_the_paper_profile_is_the_papers_recipe(tmp_path, repo_root):
     assert cfg.data.max_prompt_length + cfg.data.max_response_length == 8192
     assert cfg.reward.custom_reward_function.path == "pkg://factrl.recipes.haris_verl"
     assert rollout.agent.default_agent_loop == "haris_reasoning" and rollout.multi_turn.max_user_turns == 4
+    # the engine/trainer gap corrected as the local trainer does: token TIS capped at tis_cap
+    assert cfg.algorithm.rollout_correction.rollout_is == "token" and rollout.calculate_log_probs
+    assert cfg.algorithm.rollout_correction.rollout_is_threshold == train.reasoning.tis_cap > 0
+    assert cfg.reward.custom_reward_function.reward_kwargs == {"require_question": False}
     search = verl_backend.compose(plan_for("search", train, tmp_path).overrides)
     assert search.reward.custom_reward_function.reward_kwargs == {"judge": "llm", "judge_threshold": 0.8,
                                                                   "judge_model": "openai:gpt-4o-mini"}
@@ -115,6 +119,20 @@ def test_cluster_settings_reach_verl(tmp_path):
     assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes) == (4, 2)
     assert cfg.ray_kwargs.ray_init.address == "ray://head:10001" and cfg.actor_rollout_ref.rollout.name == "sglang"
     assert cfg.trainer.val_before_train is True  # extra overrides come last
+
+
+def test_local_trainer_settings_without_a_verl_twin(tmp_path):
+    """tis_cap 0 turns verl's rollout correction off too; require_question reaches the reward;
+    dynamic sampling, which verl 0.9's main_ppo would silently ignore, is refused."""
+    import dataclasses
+
+    reasoning = dataclasses.replace(TrainParams().reasoning, tis_cap=0.0, require_question=True)
+    cfg = verl_backend.compose(plan_for("reason", TrainParams(reasoning=reasoning), tmp_path).overrides)
+    assert cfg.algorithm.rollout_correction.rollout_is is None
+    assert cfg.reward.custom_reward_function.reward_kwargs == {"require_question": True}
+    train = TrainParams(search=dataclasses.replace(TrainParams().search, dynamic_sampling=True))
+    with pytest.raises(ValueError, match="dynamic_sampling is not available on train.backend verl"):
+        plan_for("search", train, tmp_path)
 
 
 def test_batch_that_splits_a_group_is_refused():

@@ -137,8 +137,12 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", device: str =
 
     precision and device apply to the local model (local/server); concurrency caps requests in flight (HTTP
     backends); base_url, api_key_env and price_per_mtok configure the ``openai`` backend, whose
-    key is read from the environment by the client and never stored or logged here.
+    key is read from the environment by the client and never stored or logged here. ``model`` may
+    also be an ``openai:MODEL[@BASE_URL]`` spec (:func:`parse_spec`), which names the backend itself.
     """
+    spec = parse_spec(model)
+    if spec.backend == "openai":
+        model, backend, base_url = spec.model, "openai", spec.base_url or base_url
     if backend in ("local", "inprocess"):
         from factrl.llm.local import LocalLLM
 

@@ -120,9 +120,10 @@ class SearchAgentVerlTool(FactrlTool):
 
 
 def reward_item(data_source: str, ground_truth: str, extra_info: dict) -> dict:
-    """The local trainer's item for a verl row: a claim's label, or a question and its pseudo answer."""
+    """The local trainer's item for a verl row: a claim's label (and hop count), or a question and
+    its pseudo answer."""
     if data_source == REASONING:
-        return {"label": ground_truth}
+        return {"label": ground_truth, "num_hops": extra_info.get("num_hops")}
     if data_source == SEARCH:
         if not extra_info.get("question"):
             raise ValueError(f"a {SEARCH} row needs extra_info.question (the asked question); got {sorted(extra_info)}")
@@ -131,21 +132,23 @@ def reward_item(data_source: str, ground_truth: str, extra_info: dict) -> dict:
 
 
 @functools.cache
-def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model: str):
+def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model: str, require_question: bool):
     if data_source == SEARCH:
         return haris_rounds.search_reward_fn(haris_rounds.search_judge(judge, judge_threshold, judge_model), SEARCH)
-    return haris_rounds.reasoning_reward_fn(data_source)
+    return haris_rounds.reasoning_reward_fn(data_source, require_question=require_question)
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, *,
-                  judge: str = "rule", judge_threshold: float = 0.8, judge_model: str = "", **_: Any) -> dict:
+                  judge: str = "rule", judge_threshold: float = 0.8, judge_model: str = "",
+                  require_question: bool = False, **_: Any) -> dict:
     """verl's reward hook: the score of one response (``{"score": ..., **parts}``).
 
     ``judge`` / ``judge_threshold`` / ``judge_model`` choose the search agent's usefulness judge
-    (``reward.custom_reward_function.reward_kwargs``; ``judge_model`` is an LLM spec such as
-    ``openai:gpt-4o-mini``); other keyword arguments verl passes are ignored.
+    (``judge_model`` is an LLM spec such as ``openai:gpt-4o-mini``), ``require_question`` the
+    reasoning reward's "ask before you decide" rule (all from
+    ``reward.custom_reward_function.reward_kwargs``); other keyword arguments verl passes are ignored.
     """
     item = reward_item(data_source, ground_truth, dict(plain(extra_info) or {}))
-    fn = _reward_fn(data_source, judge, float(judge_threshold), judge_model)
+    fn = _reward_fn(data_source, judge, float(judge_threshold), judge_model, bool(require_question))
     [result] = fn([item], [SimpleNamespace(response_text=solution_str)])
     return {"score": float(result.score), **{k: float(v) for k, v in result.parts.items()}}

@@ -56,6 +56,7 @@ class AgentSpec:
     truth_key: str
     ability: str
     reward_style: str
+    reward_keys: tuple[str, ...] = ()  # item fields the reward reads besides the ground truth (extra_info)
 
 
 AGENTS = {
@@ -64,7 +65,7 @@ AGENTS = {
                         "fact_search", "judge"),
     "reason": AgentSpec("reason", REASONING, "factrl.recipes.haris_verl.ReasoningAgentLoop", "search_agent",
                         "factrl.recipes.haris_verl.SearchAgentVerlTool", haris.reasoning_messages, "claim", "label",
-                        "claim_verification", "rule"),
+                        "claim_verification", "rule", ("num_hops",)),
 }
 # RolloutParams fields a verl loop or tool takes from factrl's params (the rest are the agents' own)
 ROLLOUT_FIELDS = ("max_turns", "max_new_tokens", "max_context_tokens", "max_tool_response_tokens", "temperature")
@@ -178,7 +179,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         tool_config |= {"model": served_name(search_model), "base_url": endpoint,
                         "rollout": _rollout_fields(haris_rounds.served_search_params(cfg))}
         rollout = _rollout_fields(haris_rounds.reasoning_rollout_params(cfg))
-        reward_kwargs = {}
+        reward_kwargs = {"require_question": cfg.require_question}
     init_model = str(models_dir / f"{spec.name}_{rnd.prev}")
     p = VerlPlan(
         stage=f"train_{spec.name}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
@@ -209,7 +210,9 @@ def agent_rows(agent: str, items: list[dict]) -> list[dict]:
     return [verl_backend.verl_row(
         index=i, data_source=spec.loop, agent_name=spec.loop, messages=spec.messages(it[spec.prompt_key]),
         ground_truth=it[spec.truth_key], ability=spec.ability, reward_style=spec.reward_style, tool_name=spec.tool,
-        create_kwargs={"row_id": str(it["id"])}, extra={"id": str(it["id"]), spec.prompt_key: it[spec.prompt_key]})
+        create_kwargs={"row_id": str(it["id"])},
+        extra={"id": str(it["id"]), spec.prompt_key: it[spec.prompt_key],
+               **{k: it[k] for k in spec.reward_keys if it.get(k) is not None}})
         for i, it in enumerate(items)]
 
 

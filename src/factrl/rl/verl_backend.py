@@ -170,6 +170,10 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
     if trajectories % group:
         raise ValueError(f"mini_batch_size {cfg.mini_batch_size} is not a multiple of group_size {group}: "
                          "verl updates on whole groups")
+    if cfg.dynamic_sampling:  # verl 0.9's main_ppo (its v0 trainer) never reads algorithm.filter_groups
+        raise ValueError("dynamic_sampling is not available on train.backend verl: verl 0.9's main_ppo trainer "
+                         "ignores algorithm.filter_groups (only its experimental v1 trainer reads it); set "
+                         "train.<agent>.dynamic_sampling false or use the local backend")
     response_length = cfg.max_context_tokens - cluster.max_prompt_length
     if response_length < 1:
         raise ValueError(f"max_context_tokens {cfg.max_context_tokens} leaves no response budget after "
@@ -202,6 +206,9 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
         f"{actor}.clip_ratio_c": cfg.clip_ratio_c if cfg.clip_ratio_c is not None else NO_LIMIT,
         f"{actor}.loss_agg_mode": cfg.loss_agg,
         f"{actor}.entropy_coeff": cfg.entropy_coef,
+        # the engine/trainer gap corrected as the local trainer does (GRPOParams.tis_cap)
+        "algorithm.rollout_correction.rollout_is": "token" if cfg.tis_cap > 0 else None,
+        "algorithm.rollout_correction.rollout_is_threshold": cfg.tis_cap if cfg.tis_cap > 0 else 2.0,
         f"{actor}.use_kl_loss": cfg.kl_coef > 0,
         f"{actor}.kl_loss_coef": cfg.kl_coef,
         f"{actor}.kl_loss_type": cfg.kl_type,
@@ -213,6 +220,7 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
         f"{rollout}.tensor_model_parallel_size": cluster.tensor_parallel_size,
         f"{rollout}.gpu_memory_utilization": cluster.gpu_memory_utilization,
         f"{rollout}.log_prob_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        f"{rollout}.calculate_log_probs": cfg.tis_cap > 0,
         f"{rollout}.multi_turn.enable": True,
         f"{rollout}.multi_turn.max_user_turns": cfg.max_turns,
         f"{rollout}.multi_turn.max_assistant_turns": cfg.max_turns + 1,
