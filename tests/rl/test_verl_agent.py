@@ -116,7 +116,7 @@ def test_verl_limits_bind_the_loop(config, tok):
 
 def test_server_gets_vllm_sampling_and_one_request_id_per_trajectory(config, tok):
     script = ScriptLLM(tok, reply)
-    sampled = dict(GREEDY, temperature=0.7, top_p=0.9, top_k=20)
+    sampled = dict(GREEDY, temperature=0.7, top_p=0.9, top_k=20, logprobs=True)
     server = StandInServer(script)
     run_loops([(lambda: build_loop("test_echo_agent", config, server, tok, [EchoVerlTool({})]),
                 {"raw_prompt": messages("Alpha"), "index": 0, "tools_kwargs": {}})], sampling=sampled)
@@ -124,7 +124,8 @@ def test_server_gets_vllm_sampling_and_one_request_id_per_trajectory(config, tok
     first = server.requests[0]
     assert first["stop"] == ["</search>", "</report>"] and first["include_stop_str_in_output"] is True
     assert (first["temperature"], first["top_p"], first["top_k"]) == (0.7, 0.9, 20)
-    assert first["skip_special_tokens"] is True and "logprobs" not in first
+    # verl's own request for the sampled ids' log-probs (rollout correction) reaches its server
+    assert first["skip_special_tokens"] is True and first["logprobs"] is True
 
 
 def test_loop_kwargs_override_the_rollout_defaults(config, tok):
