@@ -153,8 +153,10 @@ def assert_same(local_trajs, outs):
         assert out.response_ids == traj.response_ids
         assert out.response_mask == traj.loss_mask
         assert out.extra_fields["num_tool_calls"] == traj.num_tool_calls
-        # the engine's log-probs of the sampled ids reach verl (its rollout correction reads them)
-        assert traj.response_logprobs is not None and out.response_logprobs == traj.response_logprobs
+        # the engine's log-probs of the sampled ids reach verl (its rollout correction reads them); equal
+        # up to float noise: the local run decodes its rows in one batch, the stand-in one at a time
+        assert traj.response_logprobs is not None
+        assert out.response_logprobs == pytest.approx(traj.response_logprobs, abs=1e-4)
 
 
 @pytest.mark.slow
