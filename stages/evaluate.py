@@ -43,7 +43,9 @@ def resolve_checkpoints(params: EvaluateParams, params_file: str | Path = "param
                         ) -> list[tuple[str, str, str]]:
     """(name, reason model, search model) per checkpoint of ``evaluate.checkpoints``, symbolic names
     (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A model
-    directory must exist."""
+    directory must exist; an endpoint (``openai:MODEL@URL``) is taken as given."""
+    from factrl.llm.backends import parse_spec
+
     if "haris" in params.systems and not params.checkpoints:
         raise ConfigError(f"{params_file}:evaluate.checkpoints: empty, but systems has haris "
                           "(list e.g. {name: HARIS (trained), reason: last, search: last}, or drop haris)")
@@ -53,7 +55,7 @@ def resolve_checkpoints(params: EvaluateParams, params_file: str | Path = "param
         for agent, spec in (("reason", c.reason), ("search", c.search)):
             where = f"evaluate.checkpoints[{i}].{agent}"
             model = resolve_model(spec, agent, where=where, params_file=params_file)
-            if "/" in model and not Path(model).exists():
+            if parse_spec(model).backend == "local" and "/" in model and not Path(model).exists():
                 named = spec if spec == model else f"{spec} = {model}"
                 raise FileNotFoundError(f"{params_file}: {where}: {named} does not exist "
                                         "(train that round first, or list an existing checkpoint)")

@@ -66,12 +66,17 @@ def haris_rollout_fn(reasoner: str, searcher: str, index_dir: Path, params: Synt
     """
     from factrl.agents import haris
     from factrl.hardware import resolve_device
-    from factrl.llm.local import LocalLLM
+    from factrl.llm.backends import endpoint_spec, load_llm
+    from factrl.llm.vllm import served_name
     from factrl.retrieval.index import Retriever
 
-    device = resolve_device(params.device, key="synthesize.device")
-    reason_llm = LocalLLM(reasoner, device=device)
-    search_llm = reason_llm if searcher == reasoner else LocalLLM(searcher, device=device)
+    def spec(checkpoint: str, endpoint: str) -> str:  # in-process, or the checkpoint behind its endpoint
+        return endpoint_spec(served_name(checkpoint), endpoint) if endpoint else checkpoint
+
+    reason_spec, search_spec = spec(reasoner, params.reason_endpoint), spec(searcher, params.search_endpoint)
+    device = str(resolve_device(params.device, key="synthesize.device"))
+    reason_llm = load_llm(reason_spec, device=device)
+    search_llm = reason_llm if search_spec == reason_spec else load_llm(search_spec, device=device)
     retriever = Retriever(str(index_dir), mode=params.retrieval_mode)
     sampling = {"temperature": params.rollout_temperature, "seed": params.seed,
                 "max_new_tokens": params.rollout_max_tokens}

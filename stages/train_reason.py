@@ -7,7 +7,8 @@ that the just-trained search agent L_r (models/search_<id>) answers over index/:
 default, or behind ``factrl serve-llm`` (params ``train.reasoning.search_backend: server``), as the
 paper serves it. The reward is ``haris_reasoning`` (verdict against the gold label). Outputs:
 models/reason_<id> (Hugging Face format), metrics/train/reason_r<id>.csv (a DVC plot); checkpoints
-in checkpoints/reason_r<id> (DVC ``persist``) for resuming after a kill.
+in checkpoints/reason_r<id> (DVC ``persist``) for resuming after a kill. ``train.backend: verl``
+trains the same rows on verl instead, L_r behind ``vllm serve`` (``factrl.recipes.verl_rounds``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
                  on_step=None) -> haris_rounds.RunResult:
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``)."""
-    items = haris_rounds.select_prompts(haris_rounds.reasoning_items(claims), params.max_prompts, params.seed)
+    items = haris_rounds.reasoning_prompts(claims, params)
     retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.reasoning_rollout_params(params)
     served = haris_rounds.served_search_params(params)
@@ -51,11 +52,12 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-def main(round_id: str, params_file: str = "params.yaml") -> haris_rounds.RunResult:
+def main(round_id: str, params_file: str = "params.yaml", backend: str | None = None) -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
 
     rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
-    params: ReasonTrainParams = load_section("train", params_file).reasoning
+    train = load_section("train", params_file)
+    params: ReasonTrainParams = train.reasoning
     segment_file = Path("segments") / f"{rnd.segment}.parquet"
     if not segment_file.exists():
         raise FileNotFoundError(f"{segment_file}: no such curriculum piece (round {rnd.id} asks for segment "
@@ -63,6 +65,10 @@ def main(round_id: str, params_file: str = "params.yaml") -> haris_rounds.RunRes
     claims = validate(pq.read_table(segment_file), CLAIMS, str(segment_file))
     if params.max_prompts:  # keep the (label, hops) balance when only a few claims are used
         claims = balanced_subset(claims, params.max_prompts)
+    if (backend or train.backend) == "verl":
+        from factrl.recipes import verl_rounds
+
+        return verl_rounds.train("reason", rnd, train, haris_rounds.reasoning_prompts(claims, params))
     result = train_reason(
         claims, str(haris_rounds.checkpoint_of("reason", rnd.prev)), str(haris_rounds.checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,

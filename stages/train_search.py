@@ -5,6 +5,7 @@
 L_prev (models/search_<prev>) answers each question of qa/qa_r<id>.parquet by searching index/
 (<search> -> top-k passages -> <report>); the reward is ``haris_search`` with the judge named in
 params ``train.search.judge`` (``rule`` by default) comparing the report to the teacher's answer.
+``train.backend: verl`` trains the same rows on verl instead (``factrl.recipes.verl_rounds``).
 Outputs: models/search_<id> (Hugging Face format), metrics/train/search_r<id>.csv (one row per
 step; a DVC plot). Checkpoints go to checkpoints/search_r<id> (DVC ``persist``), so a killed run
 resumes where its last checkpoint left it.
@@ -25,20 +26,15 @@ from factrl.recipes import haris_rounds
 
 def make_judge(params: SearchTrainParams):
     """The usefulness judge of the reward (``rule`` needs no model; ``llm`` loads ``judge_model``)."""
-    from factrl.llm.signatures import make_judge as build
-
-    if params.judge == "rule":
-        return build("rule", threshold=params.judge_threshold)
-    from factrl.llm.local import LocalLLM
-
-    return build("llm", llm=LocalLLM(params.judge_model, device=haris_rounds.train_device("search", params)))
+    return haris_rounds.search_judge(params.judge, params.judge_threshold, params.judge_model,
+                                     device=haris_rounds.train_device("search", params))
 
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
                  out_model: Path, metrics_path: Path, judge=None, model_tokenizer=None, on_step=None
                  ) -> haris_rounds.RunResult:
     """L_prev -> L_r on the answered pairs of ``qa`` (``retriever`` has ``search(queries, k)``)."""
-    items = haris_rounds.select_prompts(haris_rounds.search_items(qa), params.max_prompts, params.seed)
+    items = haris_rounds.search_prompts(qa, params)
     judge = judge if judge is not None else make_judge(params)
     tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.search_rollout_params(params)
@@ -52,13 +48,18 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
         extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-def main(round_id: str, params_file: str = "params.yaml") -> haris_rounds.RunResult:
+def main(round_id: str, params_file: str = "params.yaml", backend: str | None = None) -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
 
     rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
-    params: SearchTrainParams = load_section("train", params_file).search
+    train = load_section("train", params_file)
+    params: SearchTrainParams = train.search
     qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
     qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
+    if (backend or train.backend) == "verl":
+        from factrl.recipes import verl_rounds
+
+        return verl_rounds.train("search", rnd, train, haris_rounds.search_prompts(qa, params))
     result = train_search(
         qa, str(haris_rounds.checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=haris_rounds.checkpoint_of("search", rnd.id),

@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 for key, value in {
@@ -64,3 +65,31 @@ def pytest_collection_modifyitems(config, items):
                                    "(`make test-gpu` runs these on the first machine with a GPU)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def local_llm():
+    """One SmolLM2 engine per test session (loading costs ~5 s)."""
+    from factrl.llm.local import LocalLLM
+
+    return LocalLLM("smollm2-135m", max_batch=16)
+
+
+@pytest.fixture(scope="session")
+def demo_world(tmp_path_factory):
+    """(claims as dicts, BM25 index directory) of a 200-passage demo world."""
+    from factrl.config import WorldParams
+    from factrl.data.world import write_world
+    from factrl.retrieval.index import build_index
+
+    d = tmp_path_factory.mktemp("world")
+    write_world(WorldParams(seed=3, num_passages=200, num_claims=16, hops=(2,)), d / "p.parquet", d / "c.parquet")
+    build_index(d / "p.parquet", d / "index", embedder=None)
+    return pq.read_table(d / "c.parquet").to_pylist(), d / "index"
+
+
+@pytest.fixture(scope="session")
+def demo_retriever(demo_world):
+    from factrl.retrieval.index import Retriever
+
+    return Retriever(demo_world[1], mode="bm25")

@@ -46,7 +46,16 @@ def test_paper_profile_has_the_paper_defaults(repo_root, tmp_path):
     for agent in (train.search, train.reasoning):
         assert (agent.lr, agent.kl_coef, agent.temperature, agent.group_size) == (1e-6, 0.001, 1.0, 5)
     assert len(config.load_section("rounds", params).rounds) == 4
-    assert not config.load_section("warmup", params).enabled  # the paper starts from the base model
+    warmup = config.load_section("warmup", params)
+    assert not warmup.enabled and config.load_section("model", params).base == "Qwen/Qwen3-4B"  # H_0 = the base model
+    assert config.resolve_model(warmup.base_model, None, where="warmup.base_model", params_file=params) == "Qwen/Qwen3-4B"
+    # verl on GPUs: tensor parallel 2, batch 48, 8,192-token context; GPT-4o teacher, GPT-4o-mini judge
+    assert train.backend == "verl" and train.verl.tensor_parallel_size == 2
+    for agent in (train.search, train.reasoning):
+        assert (agent.prompts_per_step, agent.max_context_tokens) == (48, 8192)
+    teacher = config.load_section("synthesize", params).teacher
+    assert (teacher.backend, teacher.model) == ("openai", "gpt-4o")
+    assert (train.search.judge, train.search.judge_model) == ("llm", "openai:gpt-4o-mini")
 
 
 def test_demo_and_long_profiles_warm_start_the_agents(repo_root, tmp_path):

@@ -296,16 +296,76 @@ class ReasonTrainParams(AgentTrainParams):
 
 
 @dataclass(frozen=True)
+class VerlParams:
+    """The cluster side of ``train.backend: verl``: verl's ``main_ppo`` on Ray, vLLM (or SGLang)
+    rollouts, an FSDP actor (``factrl.recipes.verl_rounds``; docs/scale.md).
+
+    n_gpus_per_node: GPUs per node verl trains and rolls out on (``trainer.n_gpus_per_node``).
+    nnodes: nodes of the Ray cluster (``trainer.nnodes``).
+    ray_address: address of a running Ray cluster (``ray_kwargs.ray_init.address``, e.g. ``auto``
+        or ``ray://head:10001``); empty = verl starts a local Ray instance.
+    rollout_engine: verl's rollout server: ``vllm`` or ``sglang``.
+    tensor_parallel_size: tensor parallel size of each rollout replica (the paper's 2).
+    gpu_memory_utilization: share of a GPU's memory the rollout engine may take.
+    max_prompt_length: prompt token budget (``data.max_prompt_length``); a longer prompt stops
+        the export with the row named. The response budget is the agent's ``max_context_tokens``
+        minus this.
+    retriever_url: the ``factrl serve-retriever`` the tools search (``http://host:port``); empty =
+        the stage serves ``index/`` itself on ``serve_host:retriever_port`` for the run.
+    search_agent_url: the OpenAI-compatible endpoint serving L_r while the reasoning agent trains
+        (``http://host:port/v1``, serving the model under the name ``models/search_<r>``); empty =
+        the stage runs ``factrl serve-agent models/search_<r>`` (``vllm serve``) itself on
+        ``serve_host:search_agent_port``.
+    serve_host: where the servers the stage starts listen; ``0.0.0.0`` on a multi-node cluster (the
+        tools then reach them by this machine's host name).
+    retriever_port: port of the retriever the stage starts.
+    search_agent_port: port of the search-agent endpoint the stage starts.
+    search_agent_gpus: ``CUDA_VISIBLE_DEVICES`` of the search-agent endpoint the stage starts (the
+        paper gives it one GPU of its own); empty = inherited.
+    search_agent_memory: the GPU memory share of the search-agent endpoint the stage starts (vLLM's
+        ``--gpu-memory-utilization``; set it when L_r shares a GPU with training); 0 = vLLM's default.
+    train_gpus: ``CUDA_VISIBLE_DEVICES`` of ``main_ppo`` when verl starts Ray itself, so training
+        stays off the search agent's GPU (e.g. ``0,1,2,3,4,5`` beside ``search_agent_gpus: "7"``);
+        empty = inherited.
+    extra_overrides: further Hydra overrides appended last (``key=value``, verl's config names).
+    """
+
+    n_gpus_per_node: int = 8
+    nnodes: int = 1
+    ray_address: str = ""
+    rollout_engine: Literal["vllm", "sglang"] = "vllm"
+    tensor_parallel_size: int = 2
+    gpu_memory_utilization: float = 0.5
+    max_prompt_length: int = 1024
+    retriever_url: str = ""
+    search_agent_url: str = ""
+    serve_host: str = "127.0.0.1"
+    retriever_port: int = 8000
+    search_agent_port: int = 8001
+    search_agent_gpus: str = ""
+    search_agent_memory: float = 0.0
+    train_gpus: str = ""
+    extra_overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TrainParams:
     """The ``train`` section: one sub-section per agent, so each stage depends on its own keys only
-    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``).
+    (train_search@r on ``train.search``, train_reason@r on ``train.reasoning``), plus the backend
+    both stages run on.
 
     search: the search agent's GRPO (see :class:`SearchTrainParams`).
     reasoning: the reasoning agent's GRPO (see :class:`ReasonTrainParams`).
+    backend: ``local`` (factrl's own GRPO trainer, in-process; CPU or one GPU) or ``verl`` (verl's
+        ``main_ppo`` on a Ray GPU cluster, configured by ``verl``), fed the same rows, prompts,
+        tools and rewards; both write the same Hugging Face model.
+    verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`).
     """
 
     search: SearchTrainParams = field(default_factory=SearchTrainParams)
     reasoning: ReasonTrainParams = field(default_factory=ReasonTrainParams)
+    backend: Literal["local", "verl"] = "local"
+    verl: VerlParams = field(default_factory=VerlParams)
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,7 +495,7 @@ def _is_symbolic(spec: str) -> bool:
 
 def _concrete(spec: str, here: str) -> str:
     """``spec`` if it names a model itself (embedded, a path, a hub id org/name), else a ConfigError."""
-    if spec in EMBEDDED_MODELS or "/" in spec or spec.startswith((".", "~")):
+    if spec in EMBEDDED_MODELS or "/" in spec or spec.startswith((".", "~", "openai:")):
         return spec
     symbolic = "; ".join(f"{name} = {meaning}" for name, meaning in CHECKPOINT_NAMES.items())
     raise ConfigError(f"{here}: unknown model name {spec!r}; use a symbolic name ({symbolic}), an embedded "
@@ -494,7 +554,8 @@ class TeacherParams:
         ``openai`` (any OpenAI-compatible endpoint: OpenAI, vLLM; key from ``api_key_env``) or
         ``world`` (no LLM: the answer is read off the claim's gold chain of demo-world facts,
         ``factrl.data.world_teacher``; demo-world claims only; the other fields are unused).
-    model: model name: an embedded name or HF directory for local/server, the API model otherwise.
+    model: model name: an embedded name or HF directory for local/server, the API model otherwise;
+        an ``openai:MODEL@URL`` spec names its endpoint itself, whatever ``backend`` says.
     base_url: endpoint of the ``openai`` backend (empty = OpenAI's default URL).
     api_key_env: environment variable holding the API key (never written anywhere).
     max_tokens: generation budget of one teacher answer.
@@ -530,6 +591,9 @@ class SynthesizeParams:
     seed: seed of the rollouts and of the question sampling.
     device: where the rollout models (the round's reasoning and search agents) run: ``auto``,
         ``cpu``, ``cuda[:n]`` (the teacher has its own, ``teacher.device``).
+    reason_endpoint: an OpenAI-compatible base URL serving H_prev (``factrl serve-agent
+        models/reason_<prev>``, i.e. ``vllm serve``); empty = in-process.
+    search_endpoint: the same for L_prev (``models/search_<prev>``); empty = in-process.
     """
 
     teacher: TeacherParams = field(default_factory=TeacherParams)
@@ -543,6 +607,8 @@ class SynthesizeParams:
     rollout_temperature: float = 1.0
     seed: int = 17
     device: Device = "auto"
+    reason_endpoint: str = ""
+    search_endpoint: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -672,8 +738,10 @@ class CheckpointParams:
 
     name: the system's name in metrics and the report (e.g. ``HARIS (trained)``).
     reason: the reasoning agent: a symbolic name (``base``, ``warm``, ``last``, ``r<id>``: see
-        :func:`resolve_model`; ``last`` = models/reason_<highest round id>), a model directory or an
-        embedded model name.
+        :func:`resolve_model`; ``last`` = models/reason_<highest round id>), a model directory, an
+        embedded model name, or an OpenAI-compatible endpoint (``openai:MODEL@URL``, e.g. the checkpoint
+        behind ``factrl serve-agent``, or ``openai:gpt-4o-mini`` as a prompted agent; see
+        ``factrl.llm.backends``).
     search: the search agent, the same way (``last`` = models/search_<highest round id>).
     """
 
@@ -702,7 +770,8 @@ class EvaluateParams:
         trained row to it. The stage depends on all of ``models/`` in dvc.yaml, so any checkpoint
         named here reruns the evaluation when it is retrained.
     base_model: the model of the baselines (RAG, Decompose-Then-Verify, single agent): ``base``
-        (default: params ``model.base``) or a model.
+        (default: params ``model.base``), a model, or an LLM spec like the checkpoints' (the paper's
+        baselines: ``openai:gpt-4o``).
     retrieval_mode: how every system searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
     top_k: passages per search (the paper's top-3).
     max_new_tokens: generation budget per agent turn.
@@ -751,8 +820,9 @@ class MemberParams:
     model: its model (the reasoning agent's, for a ``haris`` member): a symbolic name (``base``, the
         default: params ``model.base``; ``warm``, ``last``, ``r<id>``: that round's models/reason_<id>;
         see :func:`resolve_model`), an embedded name, a Hugging Face directory or, with backend
-        ``openai``, the API model name (``gpt-4o-mini``, a vLLM-served model). The debate stage depends
-        on all of ``models/``, so a retrained checkpoint reruns it.
+        ``openai``, the API model name (``gpt-4o-mini``, a vLLM-served model); an ``openai:MODEL@URL``
+        spec names its endpoint itself, whatever ``backend`` says. The debate stage depends on all of
+        ``models/``, so a retrained checkpoint reruns it.
     search_model: the search agent of a ``haris`` member, the same way (``last``: models/search_<r>);
         empty = ``model``, read as the search agent's (``model: last`` alone pairs models/reason_<r>
         with models/search_<r>).

@@ -97,3 +97,18 @@ def test_cli_verify_rejects_missing_index(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["x", "--index", str(tmp_path)])
     assert "holds no finished index" in capsys.readouterr().err
+
+
+def test_cli_verify_sends_each_agent_where_its_spec_says(demo_world, script_llm, monkeypatch, capsys):
+    """--backend openai routes both agents to the endpoint; an explicit spec keeps its own endpoint."""
+    from factrl.llm import backends
+
+    loaded = []
+    reply = "I know.</think><verification>\\boxed{Support}</verification>"
+    monkeypatch.setattr(backends, "load_llm", lambda spec: loaded.append(spec) or script_llm(lambda prompt: reply))
+    _, index = demo_world
+    args = ["A claim.", "--index", str(index), "--mode", "bm25", "--max-turns", "1"]
+    assert main([*args, "--backend", "openai", "--base-url", "http://h:1/v1", "--model", "served",
+                 "--search-model", "openai:other@http://h:2/v1"]) == 0
+    assert loaded == ["openai:served@http://h:1/v1", "openai:other@http://h:2/v1"]
+    assert "VERDICT: SUPPORTS" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from factrl.agents.haris import (
 from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN, replay, run_rollouts
 from factrl.agents.tools import RetrieverTool
 from factrl.data.reference import world_references
-from factrl.llm.models import encode_chat
+from factrl.llm.tokens import encode_chat
 from factrl.rl.sft import IGNORE_INDEX, sft_example
 
 AGENTS = {

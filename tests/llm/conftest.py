@@ -1,17 +1,10 @@
-"""Shared fixtures: one SmolLM2 engine per test session (loading costs ~5 s)."""
+"""Shared fixtures: real servers on loopback (SmolLM2, ``local_llm``: tests/conftest.py)."""
 
 import contextlib
 
 import pytest
 
 from tests.servers import running_app
-
-
-@pytest.fixture(scope="session")
-def local_llm():
-    from factrl.llm.local import LocalLLM
-
-    return LocalLLM("smollm2-135m", max_batch=16)
 
 
 @pytest.fixture

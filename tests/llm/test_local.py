@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from factrl.llm.base import LLM, SamplingParams
-from factrl.llm.local import LocalLLM, trim_at_stop
+from factrl.llm.local import LocalLLM
+from factrl.llm.tokens import trim_at_stop
 
 Q1 = [{"role": "user", "content": "What is the capital of France?"}]
 Q2 = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]

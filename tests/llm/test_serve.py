@@ -4,6 +4,7 @@ concurrent requests into one engine call with the same results as in-process."""
 import asyncio
 
 import openai
+import pytest
 
 from factrl.llm.base import SamplingParams
 from factrl.llm.openai_compat import OpenAICompatLLM
@@ -47,6 +48,39 @@ def test_stop_reason_reported(local_llm, serve_app):
     assert out.text.endswith("Paris") and out.finish_reason == "stop"
     bare = client.chat([QS[0]], SamplingParams(max_tokens=16, stop=("Paris", "zz"), include_stop=False))[0][0]
     assert bare.text == out.text[: -len("Paris")]
+
+
+def test_token_prompts_over_http_match_the_engine(local_llm, serve_app):
+    """/v1/completions with token ids (what a vLLM client sends): the ids come back as vLLM returns
+    them (a final EOS included), and the client's completions equal the in-process engine's, for
+    an EOS stop, a stop string and the token budget."""
+    url = serve_app(create_app(local_llm))
+    prompts = [local_llm.encode_chat(q) for q in QS]
+    raw = openai.OpenAI(base_url=url, api_key="unused").completions.create(
+        model=local_llm.model_name, prompt=prompts[2], max_tokens=32, temperature=0,
+        extra_body={"return_token_ids": True, "include_stop_str_in_output": True})
+    [[ended]] = local_llm.complete_tokens([prompts[2]], SamplingParams(max_tokens=32))
+    assert ended.finish_reason == "stop" and ended.token_ids[-1] in local_llm.eos_ids
+    assert raw.choices[0].token_ids == ended.token_ids
+    client = OpenAICompatLLM(local_llm.model_name, base_url=url, api_key="unused", tokenizer=local_llm.tokenizer)
+    assert client.encode_chat(QS[0]) == prompts[0]
+    prompts = [prompts[0], prompts[2]]  # a stop string ("Paris") and an EOS within the budget
+    for params in (SamplingParams(max_tokens=32), SamplingParams(max_tokens=16, stop=("Paris",)),
+                   SamplingParams(max_tokens=3)):
+        remote = client.complete_tokens(prompts, params)
+        local = local_llm.complete_tokens(prompts, params)
+        for (r,), (x,) in zip(remote, local):
+            assert (r.text, r.token_ids, r.finish_reason) == (x.text, x.token_ids, x.finish_reason), params
+    assert {c[0].finish_reason for c in client.complete_tokens(prompts, SamplingParams(max_tokens=3))} == {"length"}
+
+
+def test_chat_only_client_says_tokens_unsupported(local_llm, serve_app):
+    from factrl.llm.base import TokensUnsupported
+
+    url = serve_app(create_app(local_llm))
+    client = OpenAICompatLLM(local_llm.model_name, base_url=url, api_key="unused")
+    with pytest.raises(TokensUnsupported, match="no tokenizer"):
+        client.complete_tokens([[1, 2, 3]], SamplingParams(max_tokens=2))
 
 
 def test_params_from_request_reads_vllm_ignore_eos():

@@ -206,3 +206,20 @@ def test_world_teacher_backend_answers_from_the_gold_chain(claims, tmp_path):
     assert any("legend of earth" in r["question"] for r in nones)
     assert summary["none_rate"] == pytest.approx(len(nones) / summary["questions"])
     assert summary["usage"]["teacher_calls"] == 0  # nothing generated
+
+
+def test_rollouts_run_on_the_endpoints_params_name(demo_world, monkeypatch):
+    """synthesize.reason_endpoint / search_endpoint send H_prev / L_prev to the endpoints serving
+    them, under their checkpoint paths as served names; empty keeps them in-process."""
+    from factrl.llm import backends
+
+    loaded = []
+    monkeypatch.setattr(backends, "load_llm", lambda spec, **kw: loaded.append(spec) or object())
+    index = demo_world[1]
+    stage.haris_rollout_fn("models/reason_1", "models/search_1", index, SynthesizeParams(retrieval_mode="bm25"), "first")
+    assert loaded == ["models/reason_1", "models/search_1"]
+    loaded.clear()
+    params = SynthesizeParams(retrieval_mode="bm25", reason_endpoint="http://h:8001/v1",
+                              search_endpoint="http://h:8002/v1")
+    stage.haris_rollout_fn("models/reason_1", "models/search_1", index, params, "first")
+    assert loaded == ["openai:models/reason_1@http://h:8001/v1", "openai:models/search_1@http://h:8002/v1"]

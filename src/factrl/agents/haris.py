@@ -254,10 +254,10 @@ def format_trace(result: HarisResult) -> str:
 
 
 def _load_llm(spec: str, cache: dict):
-    from factrl.llm.local import LocalLLM
+    from factrl.llm.backends import load_llm
 
     if spec not in cache:
-        cache[spec] = LocalLLM(spec)
+        cache[spec] = load_llm(spec)
     return cache[spec]
 
 
@@ -267,13 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("claim")
     parser.add_argument("--index", default="index", help="index directory (default: index/)")
     parser.add_argument("--mode", default="dense", choices=("bm25", "dense", "hybrid"))
-    parser.add_argument("--reason-model", default="smollm2-135m")
-    parser.add_argument("--search-model", default="smollm2-135m")
+    parser.add_argument("--reason-model", default="smollm2-135m", help="model or LLM spec (openai:MODEL@URL)")
+    parser.add_argument("--search-model", default="smollm2-135m", help="model or LLM spec (openai:MODEL@URL)")
     parser.add_argument("--k", type=int, default=TOP_K)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--show-raw", action="store_true", help="also print both agents' raw responses")
+    from factrl.llm.backends import add_endpoint_args, routed
+
+    add_endpoint_args(parser)
     args = parser.parse_args(argv)
     from factrl.retrieval.index import Retriever
 
@@ -281,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.index} holds no finished index; run `factrl index` or pass --index")
     retriever = Retriever(args.index, mode=args.mode)
     cache: dict = {}
-    reason_llm = _load_llm(args.reason_model, cache)
-    search_llm = _load_llm(args.search_model, cache)
+    reason_llm = _load_llm(routed(args, args.reason_model), cache)
+    search_llm = _load_llm(routed(args, args.search_model), cache)
     common = {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
     [result] = verify(
         [args.claim], reason_llm=reason_llm, search_llm=search_llm, retriever=retriever, k=args.k,

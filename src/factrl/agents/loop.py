@@ -16,11 +16,15 @@ others keep decoding: no trajectory waits for the slowest row of a phase, and a 
 started by one claim decodes in the same batch as another claim's reasoning turn (continuous
 batching). Any other backend (a chat-only API, a test double) gets the requests pending at a step
 as one batched call per sampling setting, which it may batch or fan out itself.
+
+:func:`drive` runs one loop on awaitable engines instead: verl's agent-loop workers run every
+trajectory as its own coroutine against a shared rollout server (``factrl.rl.verl_agent``), and the
+same generator answers there, so both paths share every step of the rollout logic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -190,3 +194,26 @@ def _drive(loops: Sequence[AgentLoop[T]], engines: dict[int, _StepEngine | _Batc
     if not all(finished):
         raise RuntimeError(f"{finished.count(False)} agent loops never finished")  # a scheduler bug
     return results
+
+
+async def drive(loop: AgentLoop[T], generate: Callable[[Generate], Awaitable[Completion]],
+                call_tool: Callable[[CallTool], Awaitable[str]]) -> T:
+    """Run one agent loop to its end on awaitable engines: ``generate(action)`` answers each
+    :class:`Generate`, ``call_tool(action)`` each :class:`CallTool`. A backend that raises
+    :class:`TokensUnsupported` has the error thrown into the loop (its chat fallback), as
+    :func:`run_loops` does."""
+    outcome: Any = None
+    while True:
+        try:
+            action = loop.throw(outcome.error) if isinstance(outcome, _Raise) else loop.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(action, Generate):
+            try:
+                outcome = await generate(action)
+            except TokensUnsupported as err:
+                outcome = _Raise(err)
+        elif isinstance(action, CallTool):
+            outcome = await call_tool(action)
+        else:
+            raise TypeError(f"agent loop yielded {action!r}; expected Generate or CallTool")

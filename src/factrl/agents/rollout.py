@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from factrl.agents.loop import AgentLoop, CallTool, Generate, run_loops
 from factrl.agents.tools import Tool, open_tag
 from factrl.llm.base import Completion, Message, SamplingParams, TokensUnsupported
-from factrl.llm.models import encode_chat
+from factrl.llm.tokens import encode_chat
 
 RESULT_OPEN = "\n<result>\n"
 RESULT_CLOSE = "\n</result>\n"

@@ -36,6 +36,7 @@ import pyarrow as pa
 from factrl.agents.rollout import Trajectory
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.sampling import stratified_sample
+from factrl.llm.backends import add_endpoint_args, parse_spec, routed
 from factrl.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -416,10 +417,11 @@ def passages_index(passages: str | Path, root: str | Path) -> Path:
 
 
 def load_llm(spec: str, device="auto"):
-    """A local engine for a model directory or an embedded model name, on ``device``."""
-    from factrl.llm.local import LocalLLM
+    """The LLM of an LLM spec: a local engine for a model directory or an embedded name (on
+    ``device``), or an OpenAI-compatible endpoint (``openai:MODEL@URL``; see ``factrl.llm.backends``)."""
+    from factrl.llm.backends import load_llm as load
 
-    return LocalLLM(spec, device=device)
+    return load(spec, device=device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,8 +476,8 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, help="systems to run")
     parser.add_argument("--checkpoint", nargs=2, action="append", metavar=("REASON", "SEARCH"),
-                        help="a HARIS (reasoning, search) model pair, directory or embedded name; repeatable "
-                             "(default: --base-model for both)")
+                        help="a HARIS (reasoning, search) model pair: directories, embedded names or LLM specs "
+                             "(openai:MODEL@URL); repeatable (default: --base-model for both)")
     parser.add_argument("--base-model", default="smollm2-135m", help="model of the baselines (default smollm2-135m)")
     parser.add_argument("--per-hop", type=int, default=20, help="claims per hop, labels balanced (0 = all; default 20)")
     parser.add_argument("--seed", type=int, default=0)
@@ -491,6 +493,7 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     parser.add_argument("--trace-claims", type=int, default=4, help="claims per system on the trace page")
     parser.add_argument("--name", default=None, help="dataset name in the report (default: the claim file's stem)")
+    add_endpoint_args(parser)
     args = parser.parse_args(argv)
 
     from factrl.data.sources import read_claims, read_passages
@@ -506,12 +509,16 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     embedder = None if args.embedder == "none" else args.embedder
     build_index(passages_file, out / "index", embedder=embedder, bm25=True)
     retriever = Retriever(out / "index", mode="bm25" if embedder is None else "hybrid")
-    checkpoints = [(f"HARIS ({Path(r).name})" if r == s else f"HARIS ({Path(r).name}+{Path(s).name})", r, s)
+    def short(spec: str) -> str:
+        return Path(parse_spec(spec).model).name
+
+    checkpoints = [(f"HARIS ({short(r)})" if r == s else f"HARIS ({short(r)}+{short(s)})",
+                    routed(args, r), routed(args, s))
                    for r, s in (args.checkpoint or [(args.base_model, args.base_model)])]
     from factrl.hardware import resolve_device
 
     device = resolve_device(args.device, key="--device")
-    systems = build_systems(args.systems, checkpoints, args.base_model,
+    systems = build_systems(args.systems, checkpoints, routed(args, args.base_model),
                             load_llm=llm_loader or functools.partial(load_llm, device=device),
                             top_k=args.top_k, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns)
     name = args.name or Path(args.claims).stem
@@ -521,7 +528,7 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
              f"sample: up to {args.per_hop} claims per hop, balanced labels, seed {args.seed}",
              f"retrieval: {'BM25' if embedder is None else 'hybrid BM25 + ' + embedder}, top-{args.top_k}; "
              f"{args.max_new_tokens} new tokens per turn, {args.max_turns} turns",
-             f"baselines on {args.base_model}"]
+             f"baselines on {routed(args, args.base_model)}"]
     written = write_outputs(result, metrics_path=out / "metrics.json", report_path=out / "eval.md",
                             plots_dir=out / "plots", traces_path=out / "traces.html",
                             title=f"Evaluation: {name}", notes=notes)

@@ -49,22 +49,8 @@ from transformers import DynamicCache
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
-from factrl.llm.models import DEFAULT_POLICY, encode_chat, load_model_and_tokenizer
-
-
-def trim_at_stop(text: str, stop: Sequence[str], include_stop: bool) -> tuple[str, bool]:
-    """Cut ``text`` at the earliest stop string; return ``(text, stopped)``."""
-    best: tuple[int, str] | None = None
-    for s in stop:
-        if not s:
-            continue
-        i = text.find(s)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, s)
-    if best is None:
-        return text, False
-    i, s = best
-    return (text[: i + len(s)] if include_stop else text[:i]), True
+from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
+from factrl.llm.tokens import decode_completion, encode_chat, eos_token_ids
 
 
 def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -326,7 +312,7 @@ class LocalLLM:
         self.speculative_tokens = speculative_tokens
         self.speculate_max_batch = speculate_max_batch
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = eos_token_ids(tokenizer, getattr(model_obj, "generation_config", None))
         # one decode at a time: the model is shared and torch already uses every core
         self._lock = threading.Lock()
         self._waiting: deque[GenerationRequest] = deque()  # submitted, not yet in the batch
@@ -337,15 +323,6 @@ class LocalLLM:
         # prompt tokens given to the engine vs. tokens it actually ran the model over
         self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "decode_steps": 0, "decoded_rows": 0,
                       "draft_tokens": 0, "accepted_tokens": 0}
-
-    def _eos_ids(self) -> set[int]:
-        ids = set()
-        for src in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
-            if isinstance(src, int):
-                ids.add(src)
-            elif src:
-                ids.update(src)
-        return ids
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached key/value state (call after changing the weights out of place)."""
@@ -668,11 +645,8 @@ class LocalLLM:
         return int(_sample(logits[None], r.params, r.generator)[0])
 
     def _finish(self, r: GenerationRequest) -> None:
-        text = self.tokenizer.decode(r.out[:-1] if r.ended_by_eos else r.out, skip_special_tokens=True)
-        if r.params.stop:
-            text = trim_at_stop(text, r.params.stop, r.params.include_stop)[0]
-        r.completion = Completion(text=text, token_ids=r.out, finish_reason=r.finish_reason,
-                                  prompt_tokens=len(r.prompt), completion_tokens=len(r.out), logprobs=r.logprobs)
+        r.completion = decode_completion(self.tokenizer, r.out, r.finish_reason, r.params, ended_by_eos=r.ended_by_eos,
+                                         prompt_tokens=len(r.prompt), logprobs=r.logprobs)
 
     @staticmethod
     @functools.cache  # called for every generated token with the request's (hashable) stop tuple

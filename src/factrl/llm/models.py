@@ -112,9 +112,3 @@ def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32",
     model.eval()
     return model, tokenizer
 
-
-def encode_chat(tokenizer, messages) -> list[int]:
-    """Token ids of a conversation rendered by ``tokenizer``'s chat template with the assistant turn
-    opened, ready to continue: the prompt of every rollout (and of every warm-start example)."""
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]

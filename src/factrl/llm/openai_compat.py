@@ -1,5 +1,12 @@
 """OpenAI-compatible HTTP backend (OpenAI, ``vllm serve``, ``factrl serve-llm``) on ``openai``.
 
+Two entry points, as the :class:`~factrl.llm.base.LLM` protocol asks: ``chat`` (``/v1/chat/completions``)
+and, when the client knows the served model's tokenizer, ``complete_tokens``: a token-id prompt to
+``/v1/completions`` with vLLM's ``return_token_ids`` (vLLM and ``factrl serve-llm`` both answer it),
+so agent rollouts over HTTP continue exactly the ids an in-process engine would (same masks, same
+greedy outputs). Without a tokenizer, or against a server that returns no ids (OpenAI itself), it
+raises :class:`~factrl.llm.base.TokensUnsupported` and the rollouts run as chats.
+
 Requests of one batch go out concurrently under a semaphore. Retries are one mechanism,
 :meth:`OpenAICompatLLM._with_retries` (the ``openai`` client's own loop is off): exponential backoff
 with full jitter on 429, 5xx, timeouts, connection errors and unparseable bodies, waiting at least
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 import openai
 
 from factrl.llm.base import Completion, Message, SamplingParams, TokensUnsupported
+from factrl.llm.tokens import completion_from_ids, encode_chat, eos_token_ids, vllm_sampling
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +90,11 @@ class OpenAICompatLLM:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         price_per_mtok: tuple[float, float] = (0.0, 0.0),  # USD per 1M (prompt, completion) tokens
+        tokenizer=None,  # the served model's tokenizer: enables complete_tokens (token-level rollouts)
     ):
         self.model_name = model
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_token_ids(tokenizer) if tokenizer is not None else set()
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         # local servers (vllm, factrl serve-llm) accept any key; the client refuses an empty one
         key = api_key or os.environ.get(api_key_env) or "EMPTY"
@@ -105,8 +116,17 @@ class OpenAICompatLLM:
              on_result: Callable[[int, list[Completion]], None] | None = None) -> list[list[Completion]]:
         return _run_sync(self.achat(conversations, params, on_result))
 
-    def complete_tokens(self, prompts, params):
-        raise TokensUnsupported(f"{self!r} is chat-only; use a LocalLLM for token-level rollouts")
+    def complete_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                        on_result: Callable[[int, list[Completion]], None] | None = None) -> list[list[Completion]]:
+        if self.tokenizer is None:
+            raise TokensUnsupported(f"{self!r} has no tokenizer for the served model, so it runs chats only")
+        return _run_sync(self._gather([list(p) for p in prompts], params, on_result, self._complete_request))
+
+    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        """The served model's prompt ids for a conversation (needs the tokenizer)."""
+        if self.tokenizer is None:
+            raise TokensUnsupported(f"{self!r} has no tokenizer for the served model")
+        return encode_chat(self.tokenizer, messages)
 
     async def achat(
         self, conversations: Sequence[Sequence[Message]], params: SamplingParams,
@@ -118,19 +138,22 @@ class OpenAICompatLLM:
         disk cache) keeps every answer that arrived even when another request of the batch fails.
         A failure is raised only after every request has finished or failed.
         """
+        return await self._gather([list(c) for c in conversations], params, on_result, self._request)
+
+    async def _gather(self, items: list, params: SamplingParams, on_result, request) -> list[list[Completion]]:
+        """``request(client, item, params)`` for every item, at most ``concurrency`` in flight."""
         client = openai.AsyncOpenAI(**self._client_args)
         sem = asyncio.Semaphore(self.concurrency)
 
-        async def one(i: int, messages):
+        async def one(i: int, item):
             async with sem:
-                comps = await self._with_retries(client, messages, params)
+                comps = await self._with_retries(client, item, params, request)
             if on_result is not None:
                 on_result(i, comps)
             return comps
 
         try:
-            out = await asyncio.gather(*(one(i, list(c)) for i, c in enumerate(conversations)),
-                                       return_exceptions=True)
+            out = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)), return_exceptions=True)
         finally:
             await client.close()
         for r in out:
@@ -139,10 +162,10 @@ class OpenAICompatLLM:
         return list(out)
 
     # ---- internals ------------------------------------------------------------------------
-    async def _with_retries(self, client, messages, params: SamplingParams) -> list[Completion]:
+    async def _with_retries(self, client, item, params: SamplingParams, request) -> list[Completion]:
         for attempt in range(self.max_retries + 1):
             try:
-                return await self._request(client, messages, params)
+                return await request(client, item, params)
             except Exception as exc:  # noqa: BLE001 - classified right below
                 if not _is_transient(exc) or attempt == self.max_retries:
                     raise
@@ -174,6 +197,23 @@ class OpenAICompatLLM:
         self._account(prompt_tokens, completion_tokens)
         choices = sorted(resp.choices, key=lambda c: c.index)
         return [self._completion(c, params, prompt_tokens, completion_tokens // params.n) for c in choices]
+
+    async def _complete_request(self, client, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        """One token-id prompt through ``/v1/completions``, the generated ids asked back."""
+        body = vllm_sampling(params)
+        standard = {k: body.pop(k) for k in ("max_tokens", "temperature", "top_p", "stop", "seed") if k in body}
+        resp = await client.completions.create(model=self.model_name, prompt=prompt_ids, n=params.n,
+                                               extra_body={**body, "return_token_ids": True}, **standard)
+        if not resp.choices or len(resp.choices) != params.n:
+            raise ValueError(f"expected {params.n} choices, got {len(resp.choices or [])}")
+        choices = sorted(resp.choices, key=lambda c: c.index)
+        ids = [getattr(c, "token_ids", None) or (c.model_extra or {}).get("token_ids") for c in choices]
+        if any(i is None for i in ids):
+            raise TokensUnsupported(f"{self!r}: the server returned no token_ids (not a vLLM-style endpoint)")
+        self._account(resp.usage.prompt_tokens if resp.usage else len(prompt_ids),
+                      resp.usage.completion_tokens if resp.usage else sum(map(len, ids)))
+        return [completion_from_ids(self.tokenizer, i, params, eos_ids=self.eos_ids, prompt_tokens=len(prompt_ids))
+                for i in ids]
 
     def _account(self, prompt_tokens: int, completion_tokens: int) -> None:
         p_in, p_out = self.price_per_mtok

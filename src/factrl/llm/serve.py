@@ -1,6 +1,11 @@
 """``factrl serve-llm``: an OpenAI-compatible server around :class:`LocalLLM`, the local stand-in
 for ``vllm serve``.
 
+``POST /v1/chat/completions`` (messages) and ``POST /v1/completions`` with token-id prompts and
+vLLM's extensions (``return_token_ids``, ``include_stop_str_in_output``, ``ignore_eos``), the
+request a token-level client (:class:`~factrl.llm.openai_compat.OpenAICompatLLM` with a tokenizer)
+sends to vLLM too: its generated ids come back as vLLM returns them, a final EOS included.
+
 Concurrent requests are batched: the first request to arrive opens a short collection window
 (a few ms), everything that arrives in it with the same sampling params runs as one left-padded
 batch, and each caller gets its own slice back. Batching is what makes 16 concurrent agents
@@ -12,24 +17,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 
 from factrl.llm.base import Completion, SamplingParams
+from factrl.servers import free_port, spawn
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise: the server has no auth
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind((DEFAULT_HOST, 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -40,33 +36,14 @@ def spawn_server(model: str, *, precision: str = "auto", device: str = "auto", t
     port = free_port()
     cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", model, "--served-model-name", model,
            "--port", str(port), "--host", DEFAULT_HOST, "--precision", precision, "--device", str(device)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://{DEFAULT_HOST}:{port}/v1"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"factrl serve-llm exited with {proc.returncode}: "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"factrl serve-llm did not come up on port {port} in {timeout:.0f}s")
-            time.sleep(0.5)
+    with spawn(cmd, f"{url}/models", timeout=timeout, name="factrl serve-llm"):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Batcher:
-    """Collect chat requests for ``window_ms`` then run each group of equal params as one batch."""
+    """Collect requests for ``window_ms`` then run each group of one kind (``chat``: messages;
+    ``tokens``: prompt ids) and equal params as one batch."""
 
     def __init__(self, llm, window_ms: float = 5.0, max_batch: int = 64):
         self.llm = llm
@@ -75,12 +52,12 @@ class Batcher:
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
 
-    async def submit(self, messages: list[dict], params: SamplingParams) -> list[Completion]:
+    async def submit(self, prompt: list, params: SamplingParams, kind: str = "chat") -> list[Completion]:
         if self._worker is None:  # started lazily, inside the server's event loop
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._run())
         fut = asyncio.get_running_loop().create_future()
-        await self._queue.put((messages, params, fut))
+        await self._queue.put((prompt, (kind, params), fut))
         return await fut
 
     async def _run(self) -> None:
@@ -96,12 +73,13 @@ class Batcher:
                 except asyncio.TimeoutError:
                     break
             # requests queued while the model is busy are picked up right after this batch
-            for params, group in _group_by_params(pending).items():
-                await self._run_group(params, group)
+            for (kind, params), group in _group_by_params(pending).items():
+                await self._run_group(kind, params, group)
 
-    async def _run_group(self, params: SamplingParams, group: list) -> None:
+    async def _run_group(self, kind: str, params: SamplingParams, group: list) -> None:
+        call = self.llm.chat if kind == "chat" else self.llm.complete_tokens
         try:
-            results = await asyncio.to_thread(self.llm.chat, [m for m, _, _ in group], params)
+            results = await asyncio.to_thread(call, [m for m, _, _ in group], params)
         except Exception as exc:  # noqa: BLE001 - handed to every waiting request
             for _, _, fut in group:
                 if not fut.done():
@@ -112,8 +90,8 @@ class Batcher:
                 fut.set_result(comps)
 
 
-def _group_by_params(pending: list) -> dict[SamplingParams, list]:
-    groups: dict[SamplingParams, list] = {}
+def _group_by_params(pending: list) -> dict[tuple[str, SamplingParams], list]:
+    groups: dict[tuple[str, SamplingParams], list] = {}
     for item in pending:
         groups.setdefault(item[1], []).append(item)
     return groups
@@ -151,6 +129,27 @@ def _choice(index: int, comp: Completion, stop: Sequence[str]) -> dict:
     }
 
 
+def _completion_choice(index: int, comp: Completion, body: dict, stop: Sequence[str]) -> dict:
+    """A ``/v1/completions`` choice as vLLM writes it: the stop string kept in the text only with
+    ``include_stop_str_in_output``; with ``return_token_ids``, the generated ids, a final EOS included."""
+    choice = _choice(index, comp, stop)
+    text = comp.text if body.get("include_stop_str_in_output") else choice["message"]["content"]
+    out = {"index": index, "text": text, "finish_reason": comp.finish_reason, "stop_reason": choice["stop_reason"]}
+    if body.get("return_token_ids"):
+        out["token_ids"] = list(comp.token_ids or [])
+    return out
+
+
+def _token_prompts(prompt) -> list[list[int]]:
+    """The ``prompt`` of a completions request as token-id lists (this server takes ids only)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) and p and all(isinstance(t, int) for t in p)
+                                                   for p in prompt):
+        return prompt
+    raise ValueError("prompt must be a list of token ids (or a list of such lists)")
+
+
 def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
     """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``."""
     from fastapi import FastAPI, HTTPException
@@ -183,6 +182,27 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
                 "completion_tokens": sum(c.completion_tokens for c in comps),
                 "total_tokens": prompt_tokens + sum(c.completion_tokens for c in comps),
             },
+        }
+
+    @app.post("/v1/completions")
+    async def completions(body: dict):
+        if body.get("stream"):
+            raise HTTPException(400, "streaming is not supported")
+        try:
+            prompts = _token_prompts(body.get("prompt"))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        params = params_from_request(body)
+        results = await asyncio.gather(*(batcher.submit(p, params, kind="tokens") for p in prompts))
+        choices = [_completion_choice(i * params.n + j, c, body, params.stop)
+                   for i, comps in enumerate(results) for j, c in enumerate(comps)]
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion_tokens = sum(c.completion_tokens for comps in results for c in comps)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": llm.model_name, "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
         }
 
     return app

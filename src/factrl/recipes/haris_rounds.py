@@ -74,6 +74,16 @@ def train_device(agent: str, cfg: AgentTrainParams):
     return resolve_device(cfg.device, key=f"{PARAMS_KEYS[agent]}.device")
 
 
+def search_prompts(qa: pa.Table, p: AgentTrainParams) -> list[dict]:
+    """The search agent's training prompts of a round: its answered pairs, capped and shuffled by params."""
+    return select_prompts(search_items(qa), p.max_prompts, p.seed)
+
+
+def reasoning_prompts(claims: pa.Table, p: AgentTrainParams) -> list[dict]:
+    """The reasoning agent's training prompts of a round: its claims, capped and shuffled by params."""
+    return select_prompts(reasoning_items(claims), p.max_prompts, p.seed)
+
+
 def grpo_params(p: AgentTrainParams) -> GRPOParams:
     """The :class:`GRPOParams` part of an agent's train params (what the trainer validates and saves)."""
     return GRPOParams(**{f.name: getattr(p, f.name) for f in dataclasses.fields(GRPOParams)})
@@ -114,6 +124,19 @@ def search_rollout_fn(llm, retriever_tool: RetrieverTool, params: RolloutParams)
         return [r.trajectory for r in results]
 
     return rollout
+
+
+def search_judge(name: str, threshold: float, model: str, device="auto"):
+    """The usefulness judge of ``haris_search``: ``rule`` (token F1 / containment at ``threshold``,
+    no model) or ``llm`` (the paper's LLM judge on ``model``, an LLM spec: a local model, on
+    ``device``, or an endpoint such as ``openai:gpt-4o-mini``)."""
+    from factrl.llm.signatures import make_judge
+
+    if name == "rule":
+        return make_judge("rule", threshold=threshold)
+    from factrl.llm.backends import load_llm
+
+    return make_judge(name, llm=load_llm(model, device=str(device)))
 
 
 def search_reward_fn(judge, reward: str = "haris_search") -> Callable:
@@ -273,16 +296,9 @@ def run_agent_training(
     state_dir = Path(state_dir)
     metrics_path = Path(metrics_path)
     if not items:
-        # e.g. synthesis kept no question this round: the agent passes on unchanged (L_r = L_prev),
-        # loudly, with an empty metrics file, rather than stopping the whole pipeline
-        print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
-        prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
-        model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
-        with atomic_path(metrics_path) as tmp:  # a header only: the plots file stays parseable
-            tmp.write_text("step,reward_mean\n", encoding="utf-8")
-        save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
-                                           "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
-        return RunResult(rows=[], resumed=False)
+        return pass_on_unchanged(agent=agent, init_model=init_model, items=items, cfg=cfg, state_dir=state_dir,
+                                 out_model=out_model, metrics_path=metrics_path, extra_fingerprint=extra_fingerprint,
+                                 model_tokenizer=model_tokenizer)
     device = train_device(agent, cfg)
     resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
     if model_tokenizer is not None:
@@ -318,6 +334,24 @@ def run_agent_training(
                                        "memory_bytes": memory})
     shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
     return RunResult(rows=rows, resumed=resumed)
+
+
+def pass_on_unchanged(*, agent: str, init_model: str, items: list[dict], cfg: AgentTrainParams, state_dir: Path,
+                      out_model: Path, metrics_path: Path, extra_fingerprint: dict | None = None,
+                      model_tokenizer: tuple | None = None) -> RunResult:
+    """No training prompts this round (e.g. synthesis kept no question): the agent passes on
+    unchanged (``out_model`` = ``init_model``), loudly, with an empty metrics file, rather than
+    stopping the whole pipeline."""
+    from factrl.llm.models import load_model_and_tokenizer
+
+    print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
+    prepare_state_dir(Path(state_dir), fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
+    model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
+    with atomic_path(metrics_path) as tmp:  # a header only: the plots file stays parseable
+        tmp.write_text("step,reward_mean\n", encoding="utf-8")
+    save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
+                                       "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
+    return RunResult(rows=[], resumed=False)
 
 
 def summary_line(stage: str, result: RunResult) -> str:

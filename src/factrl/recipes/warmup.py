@@ -37,7 +37,7 @@ from factrl.config import WarmupParams
 from factrl.data import reference
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
 from factrl.io import write_json
-from factrl.llm.models import encode_chat
+from factrl.llm.tokens import encode_chat
 from factrl.recipes.haris_rounds import checkpoint_of, fingerprint, prepare_state_dir, save_model
 from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
 

@@ -1,0 +1,74 @@
+"""Servers a run starts for itself: a command in a subprocess, used once it answers, stopped after.
+
+``factrl serve-llm`` for a teacher or a served search agent, ``factrl serve-retriever`` and
+``vllm serve`` (through ``factrl serve-agent``) for a verl run: :func:`spawn` starts the command,
+polls ``ready_url`` until it answers 200, yields, and terminates the process when the block ends
+(also when the run failed), so no server outlives the stage that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A currently free TCP port on ``host``."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def reachable_host(bind_host: str) -> str:
+    """The host name clients use for a server bound to ``bind_host`` (this machine's name when it
+    listens on every interface)."""
+    return socket.getfqdn() if bind_host in ("0.0.0.0", "::", "") else bind_host
+
+
+@contextlib.contextmanager
+def spawn(command: Sequence[str], ready_url: str, *, timeout: float = 300.0, env: Mapping[str, str] | None = None,
+          name: str | None = None, log_path: str | Path | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``command``; yield the process once ``ready_url`` answers 200; stop it on exit.
+
+    Its output goes to ``log_path`` (appended) or a temporary file, never to a pipe nobody reads
+    (a server that logs for hours would block on a full pipe); a failure quotes its last lines.
+    """
+    name = name or os.path.basename(command[0])
+    log = open(log_path, "a+b") if log_path is not None else tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **dict(env or {})})
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}: {_tail(log)}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(ready_url, timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} did not answer {ready_url} within {timeout:.0f}s: {_tail(log)}")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _tail(log, size: int = 2000) -> str:
+    log.flush()
+    log.seek(max(0, os.fstat(log.fileno()).st_size - size))
+    return log.read().decode(errors="replace")
