@@ -32,7 +32,14 @@ ALL_TAGS = tuple(dict.fromkeys(REASONING_TAGS + SEARCH_TAGS))
 SUPPORTS = "SUPPORTS"
 REFUTES = "REFUTES"
 
-_TAG_RE = re.compile(r"<(/?)(" + "|".join(ALL_TAGS) + r")\s*>")
+
+
+def tag_regex(tags: tuple[str, ...]) -> re.Pattern:
+    """The pattern of the open and close tags of ``tags`` (group 1: ``/`` or empty, group 2: the tag)."""
+    return re.compile(r"<(/?)(" + "|".join(tags) + r")\s*>")
+
+
+_TAG_RE = tag_regex(ALL_TAGS)
 # \boxed{Support}, \boxed{ supported }, \boxed{\text{Refute}}: lenient on the word's ending and case
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*(?:\\text\s*\{\s*)?([A-Za-z]+)\s*\}?\s*\}")
 _VERDICT_WORDS = {"support": SUPPORTS, "supports": SUPPORTS, "supported": SUPPORTS,
@@ -67,15 +74,16 @@ class SearchParse:
     error: str | None
 
 
-def parse_tags(text: str) -> list[Segment]:
-    """Split ``text`` into tagged and untagged segments (flat; never raises)."""
+def parse_tags(text: str, tag_re: re.Pattern = _TAG_RE) -> list[Segment]:
+    """Split ``text`` into tagged and untagged segments (flat; never raises). ``tag_re``: the tag
+    set (:func:`tag_regex`; HARIS's tags by default, M2R's in ``factrl.agents.m2r``)."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
     segments: list[Segment] = []
     pos = 0
     outside_start = 0
     while True:
-        m = _TAG_RE.search(text, pos)
+        m = tag_re.search(text, pos)
         if m is None:
             break
         if m.group(1):  # a closing tag with nothing open: stays in the outside text
@@ -95,10 +103,10 @@ def parse_tags(text: str) -> list[Segment]:
     return segments
 
 
-def escape_tags(text: str) -> str:
+def escape_tags(text: str, tag_re: re.Pattern = _TAG_RE) -> str:
     """Neutralise protocol tags inside injected text (retrieved passages, reports) so that a
     passage containing ``</result>`` cannot end the result span early: ``<x>`` becomes ``[x]``."""
-    return _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
+    return tag_re.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
 
 
 def boxed_verdict(text: str) -> str | None:
