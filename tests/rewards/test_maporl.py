@@ -54,3 +54,46 @@ def test_reward_hacking_penalties():
     assert penalized_score(0.7, loop, min_tokens=10) == PENALTY  # phrase repeated more than three times
     numbers = body + "1 2 1 2 1 2 1 2 1 2 \\boxed{42}"
     assert penalized_score(0.7, numbers, min_tokens=10) == 0.7  # repeated numbers are allowed
+
+
+def test_closing_protocol_tags_after_the_box_are_not_text_after_it():
+    body = "We add the two numbers step by step and check the sum carefully. " * 2
+    assert penalized_score(0.7, body + "<verification>\\boxed{42}</verification>", min_tokens=10) == 0.7
+    assert penalized_score(0.7, body + "<verification>\\boxed{42}</verification> ok", min_tokens=10) == PENALTY
+
+
+def test_verifier_rewards_guard_each_answer_then_shape_by_name():
+    from factrl.rewards.maporl import SHAPES, verifier_rewards
+
+    long = "Each passage says the founder was born there, so the chain holds. " * 8
+    ok, hacked = long + "\\boxed{Support}", long + "\\boxed{Support} Support Support"  # tokens after the box
+    v = [[1.0, 1.0], [1.0, 0.0]]
+    answers = [[ok, hacked], [ok, ok]]
+    np.testing.assert_allclose(verifier_rewards("maporl_immediate", v, answers), [[1.0, PENALTY], [1.0, 0.0]])
+    # cumulative with gamma 1: the mean of the guarded scores from each turn on
+    np.testing.assert_allclose(verifier_rewards("maporl_cumulative", v, answers),
+                               [[1.0, (PENALTY + 0.0) / 2], [1.0, 0.0]])
+    np.testing.assert_allclose(verifier_rewards("maporl_influence", v, None), influence_aware_reward(v))
+    assert set(SHAPES) <= set(__import__("factrl.rewards", fromlist=["REWARDS"]).REWARDS)
+    with pytest.raises(ValueError, match="maporl_cumulative"):
+        verifier_rewards("cumulative", v)
+    with pytest.raises(ValueError, match="2 turns x 2 agents"):
+        verifier_rewards("maporl_immediate", v, [[ok]])
+
+
+def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_output():
+    from factrl.rewards.registry import get_reward
+
+    fn = get_reward("maporl_reasoning")
+    think = "<think>" + "The founder of Orlen Studios is Ilse Parrow, who was born in Tessik. " * 6 + "</think>"
+    report = "<result>" + "Tessik Tessik Tessik Tessik Tessik Tessik " * 3 + "</result>"  # injected: not judged
+    good = think + "<question>Who founded Orlen Studios?</question>" + report + \
+        "<verification>\\boxed{Refute}</verification>"
+    assert fn(good, "REFUTES").score == 1.0 and fn(good, "SUPPORTS").score == 0.0
+    hacked = good.replace("</think><question>", " yes yes yes yes yes yes yes yes</think><question>")
+    r = fn(hacked, "REFUTES")  # the agent repeats a token more than three times in a row
+    assert r.score == PENALTY and r.parts["guarded"] == 1.0 and r.parts["correct"] == 1.0
+    short = "<think>ok</think><verification>\\boxed{Refute}</verification>"
+    assert fn(short, "REFUTES").score == PENALTY  # a right verdict without reasoning: too short
+    with pytest.raises(KeyError, match="train.reasoning.reward"):
+        get_reward("maporl_reasonin", key="train.reasoning.reward")
