@@ -332,7 +332,7 @@ def _answer_error(answer: str, saved: dict[str, str], stage: int) -> tuple[tuple
     if not spans:
         return queries, "no \\boxed{} in <answer>"
     if stage >= 2 and not queries:
-        return queries, "stage 2: the answer fetches nothing with <micro_tool_call>"
+        return queries, "stage 2 needs a <micro_tool_call> in the answer"
     unboxed, last = [], 0
     for start, end, _ in spans:
         unboxed.append(written[last:start])
@@ -341,7 +341,7 @@ def _answer_error(answer: str, saved: dict[str, str], stage: int) -> tuple[tuple
     for value in saved.values():
         v = normalize_answer(value)
         if v and re.search(rf"\b{re.escape(v)}\b", unboxed):
-            return queries, f"saved value {value!r} stated outside \\boxed{{}}"
+            return queries, f"a saved value is stated outside \\boxed{{}}: {value!r}"
     return queries, None
 
 
