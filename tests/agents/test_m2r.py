@@ -52,7 +52,8 @@ def test_a_valid_save_stores_strings_and_later_saves_win():
 
 def test_micro_retrieval_finds_keys_exactly_or_up_to_case_and_reports_missing_ones():
     store = m2r.KeyInfoStore({"Founder of Orlen Studios": "Ilse Parrow", "year": "1991"})
-    assert json.loads(m2r.micro_answer(store, "founder of orlen studios.")) == {"Founder of Orlen Studios": "Ilse Parrow"}
+    found = json.loads(m2r.micro_answer(store, "founder of orlen studios."))
+    assert found == {"Founder of Orlen Studios": "Ilse Parrow"}
     both = m2r.micro_answer(store, '{"query": ["year", "Founder of Orlen Studios"]}')
     assert json.loads(both) == {"year": "1991", "Founder of Orlen Studios": "Ilse Parrow"}
     missing = m2r.micro_answer(store, "birthplace")
@@ -83,8 +84,8 @@ def test_stage_1_needs_no_micro_retrieval_stage_2_does():
 
 
 @pytest.mark.parametrize(("mutate", "error"), [
-    (lambda t: t.replace('{"founder of Orlen Studios": "Ilse Parrow"}</key_info_save>', "{founder: Ilse}</key_info_save>"),
-     "not valid JSON"),
+    (lambda t: t.replace('{"founder of Orlen Studios": "Ilse Parrow"}</key_info_save>',
+                         "{founder: Ilse}</key_info_save>"), "not valid JSON"),
     (lambda t: t.replace("\\boxed{Ilse Parrow}", "Ilse Parrow"), "no \\boxed{}"),
     (lambda t: t.replace("The founder is", "Ilse Parrow, the founder, is"), "stated outside \\boxed{}"),
     (lambda t: "loose text " + t, "text outside tags"),
@@ -190,9 +191,10 @@ def test_micro_responses_have_loss_mask_0_on_a_real_smollm2_tokenization(tokeniz
     pieces.append((mask, tokenizer.decode(run)))
     masked = [text for m, text in pieces if m == 0]
     assert masked[0] == "<think>"  # the response prefix
-    assert any(text.strip().startswith("<macro_result>") and text.strip().endswith("</macro_result>") for text in masked)
+    assert any(t.strip().startswith("<macro_result>") and t.strip().endswith("</macro_result>") for t in masked)
     micro = [text for text in masked if "<micro_response>" in text]
-    assert len(micro) == 1 and micro[0].strip() == '<micro_response>\n{"founder of Orlen Studios": "Ilse Parrow"}\n</micro_response>'
+    assert len(micro) == 1
+    assert micro[0].strip() == '<micro_response>\n{"founder of Orlen Studios": "Ilse Parrow"}\n</micro_response>'
     trained = "".join(text for m, text in pieces if m == 1)
     assert "Ilse Parrow\"}" in trained and "\\boxed{Ilse Parrow}" in trained  # the save and the answer are trained
     assert "<micro_response>" not in trained and "was founded by" not in trained

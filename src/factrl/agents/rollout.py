@@ -4,8 +4,8 @@ Each trajectory is one agent loop (:func:`agent_loop`): it generates until it st
 closing tag such as ``</search>``, a final tag such as ``</report>``, EOS, or the token budget);
 when it stopped on the tool's tag, the tool answers its query, the answer is wrapped in
 ``<result>...</result>`` (or the tool's own ``result_tag``) and appended, and the loop generates
-again. A :class:`~factrl.agents.tools.Toolbox` gives a trajectory several tools, one per stop tag. :func:`run_rollouts` runs
-every trajectory through :func:`factrl.agents.loop.run_loops`, which batches their generation
+again. A :class:`~factrl.agents.tools.Toolbox` gives a trajectory several tools, one per stop tag.
+:func:`run_rollouts` runs every trajectory through :func:`factrl.agents.loop.run_loops`, which batches their generation
 requests on a shared engine (rows join and leave the running batch between decode steps) and
 their tool calls (one batched call per tool), so no trajectory waits for the others' turns.
 

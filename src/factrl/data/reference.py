@@ -191,7 +191,8 @@ def world_m2r_references(items: Sequence[dict], macro_tool) -> tuple[list[dict],
         if not chain or any(c is None for c in chain):
             rejected.append(_row(f"{item['id']}:m2r", AGENT, WORLD, claim, item["question"], [], reason="no_chain"))
             continue
-        plans.append((item, claim, [(rel, subject, answer) for (rel, subject), (_, answer) in zip(chain, item["chain"])]))
+        hops = [(rel, subject, answer) for (rel, subject), (_, answer) in zip(chain, item["chain"])]
+        plans.append((item, claim, hops))
     queries = [f"{subject} {rel.noun}" for _, _, hops in plans for rel, subject, _ in hops]
     answers = iter(macro_tool(queries) if queries else [])
     for item, claim, hops in plans:
