@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from factrl.config import M2RParams, M2RStageParams, load_section
 from factrl.data.multihop import world_items
 from factrl.data.schemas import CLAIMS, validate
+from factrl.hardware import peak_rss_mib
 from factrl.io import write_json
 from factrl.recipes import m2r as recipe
 
@@ -52,7 +53,7 @@ def train_m2r(claims: pa.Table, warm_claims: pa.Table | None, retriever, params:
     run, record = recipe.train_stage(items, init_model, retriever, params, stage, state_dir=state_dir,
                                      out_model=out_model, metrics_path=metrics_path, model_tokenizer=model_tokenizer)
     result = {**record, "init_model": init_model, "warm_start": warm, "wall_s": time.perf_counter() - start,
-              "peak_rss_mib": recipe.peak_rss_mib()}
+              "peak_rss_mib": peak_rss_mib()}
     write_json(result, results_path)
     print(f"train_m2r@{stage.id}: {record['steps']} steps on {record['prompts']} questions, "
           f"format failures {record['format_failures']}/{record['rollouts']}, {result['wall_s']:.0f}s, "

@@ -19,7 +19,6 @@ Malformed rollouts are format failures (reward 0 or 0.1), counted by reason in t
 from __future__ import annotations
 
 import dataclasses
-import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -106,11 +105,6 @@ def reward_fn(name: str, fmt: int, *, alpha: float, beta: float, failures: Count
 def failure_reason(error: str | None) -> str:
     """A format error without its details (``key_info_save is not valid JSON: ...`` -> the head)."""
     return (error or "").split(":")[0].strip() or "unknown"
-
-
-def peak_rss_mib() -> float:
-    """The process's peak resident memory so far, MiB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # --------------------------------------------------------------------------------------------

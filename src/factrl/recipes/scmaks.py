@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from factrl.data.splits import cv_splits
 from factrl.eval.stats import agreement_rate, paired_tests, run_metrics, summary
 from factrl.llm.backends import BACKENDS, open_llm
 from factrl.llm.cache import CachedLLM, DiskCache
+from factrl.hardware import peak_rss_mib
 from factrl.llm.counting import CountingLLM
 from factrl.rewards import maporl
 
@@ -228,11 +228,6 @@ def batch_key(plan: DebatePlan, params: DebateParams, batch: Sequence[dict]) -> 
     blob = json.dumps({"roles": plan.roles, "pool": [dataclasses.asdict(m) for m in plan.pool], "models": models,
                        "settings": settings, "claims": [[c["id"], c["claim"]] for c in batch]}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_debate(claims_by_split: dict[str, pa.Table], pool: Pool, retriever, params: DebateParams, plan: DebatePlan,
