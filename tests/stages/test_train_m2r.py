@@ -15,7 +15,7 @@ from dvc.repo import Repo
 from factrl.config import ConfigError, M2RParams, M2RStageParams, SFTParams, load_section
 from factrl.recipes import m2r as recipe
 from tests.pipeline_repo import edit_params, make_pipeline_repo
-from tests.stages.test_train_dvc import _dry, _touch
+from tests.stages.test_train_dvc import _dry, commit_stand_ins
 
 STAGES = {"1": {"prev": 0, "segment": "m2r_stage1", "format": 1, "start": "segments/all.parquet"},
           "2": {"prev": 1, "segment": "m2r_stage2", "format": 2, "start": "models/m2r_1"}}
@@ -36,16 +36,7 @@ def test_m2r_is_off_by_default(repo_root, tmp_path):
 def m2r_repo(tmp_path, repo_root, monkeypatch):
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {"m2r_stages": STAGES})
     monkeypatch.chdir(repo)
-    with Repo(str(repo)) as dvc:
-        for stage in dvc.index.stages:
-            for dep in stage.deps:
-                if dep.fs_path.startswith(str(repo)):
-                    _touch(Path(dep.fs_path))
-            for out in stage.outs:
-                _touch(Path(out.fs_path))
-        dvc.commit(None, force=True)
-        assert dvc.reproduce(dry=True) == []
-    return repo
+    return commit_stand_ins(repo)
 
 
 def test_an_m2r_edit_reruns_the_m2r_stages_alone_and_in_curriculum_order(m2r_repo):

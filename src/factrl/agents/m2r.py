@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
-from factrl.agents.protocol import Segment, escape_tags, parse_tags, tag_regex
+from factrl.agents.protocol import Segment, escape_tags, parse_tags, sequence_error, span_error, tag_regex
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
 from factrl.agents.tools import RetrieverTool, Toolbox
 from factrl.llm.base import Message
@@ -281,34 +281,12 @@ class M2RParse:
         return list(self.saved.values())
 
 
-def _sequence_error(tagged: list[Segment], action: str, result: str) -> str | None:
-    """Each ``action`` answered by a ``result`` right after it, and results only after actions."""
-    for prev, cur in zip(tagged, tagged[1:] + [None]):
-        if prev.tag == action and (cur is None or cur.tag != result):
-            return f"<{action}> without a following <{result}>"
-    for prev, cur in zip([None] + tagged, tagged):
-        if cur.tag == result and (prev is None or prev.tag != action):
-            return f"<{result}> not preceded by <{action}>"
-    if any(s.tag == action and not s.text.strip() for s in tagged):
-        return f"empty <{action}>"
-    return None
-
-
-def _structure_error(segments: list[Segment], allowed: tuple[str, ...], containers: tuple[str, ...]) -> str | None:
-    """Only ``allowed`` tags, all closed, no loose text, no tag inside a generated span other than
-    ``containers`` (injected results; the answer, whose own tags :func:`_answer_error` checks)."""
-    for s in segments:
-        if s.tag is None:
-            if s.text.strip():
-                return "text outside tags"
-            continue
-        if s.tag not in allowed:
-            return f"tag <{s.tag}> not allowed here"
-        if not s.closed:
-            return f"unclosed <{s.tag}>"
-        if s.tag not in containers and M2R_TAG_RE.search(s.text):
-            return f"nested tag inside <{s.tag}>"
-    return None
+def _actions_error(tagged: list[Segment], action: str, result: str) -> str | None:
+    """Each ``action`` non-empty and answered by a ``result`` right after it; results only after actions."""
+    error = sequence_error(tagged, action, result)
+    if error is None and any(s.tag == action and not s.text.strip() for s in tagged):
+        error = f"empty <{action}>"
+    return error
 
 
 def _answer_error(answer: str, saved: dict[str, str], stage: int) -> tuple[tuple[str, ...], str | None]:
@@ -324,7 +302,7 @@ def _answer_error(answer: str, saved: dict[str, str], stage: int) -> tuple[tuple
             return queries, f"unclosed <{s.tag}> inside <answer>"
         if s.tag == "micro_tool_call" and M2R_TAG_RE.search(s.text):
             return queries, "nested tag inside <micro_tool_call>"
-    error = _sequence_error(tagged, "micro_tool_call", "micro_response")
+    error = _actions_error(tagged, "micro_tool_call", "micro_response")
     if error is not None:
         return queries, error
     written = "".join(s.text for s in segments if s.tag is None)  # the agent's own answer text
@@ -368,9 +346,10 @@ def parse_m2r(text: str, stage: int = 2) -> M2RParse:
         if answers:
             body = "".join(s.text for s in parse_tags(answers[-1].text, M2R_TAG_RE) if s.tag is None)
             boxed = tuple(c for _, _, c in boxed_spans(body) if c)
-        error = _structure_error(segments, THINK_TAGS, ("macro_result", "answer"))
+        # the answer may hold tags: its own grammar is checked apart (_answer_error)
+        error = span_error(segments, THINK_TAGS, ("macro_result", "answer"), M2R_TAG_RE)
         if error is None:
-            error = _sequence_error(tagged, "macro_tool_call", "macro_result")
+            error = _actions_error(tagged, "macro_tool_call", "macro_result")
         if error is None and save_errors:
             error = save_errors[0]
         if error is None and not macro:

@@ -119,11 +119,10 @@ def boxed_verdict(text: str) -> str | None:
     return found
 
 
-def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: str, final: str) -> str | None:
-    """First violation of: only ``allowed`` tags, all closed, no nested tags in generated spans,
-    no loose text, each ``action`` answered by a result, results only after actions, exactly one
-    ``final`` segment and it comes last."""
-    tagged = [s for s in segments if s.tag is not None]
+def span_error(segments: list[Segment], allowed: tuple[str, ...], containers: tuple[str, ...] = ("result",),
+               tag_re: re.Pattern = _TAG_RE) -> str | None:
+    """First violation of: only ``allowed`` tags, all closed, no loose text, no tag inside a span
+    other than ``containers`` (injected results, which may quote anything)."""
     for s in segments:
         if s.tag is None:
             if s.text.strip():
@@ -133,16 +132,36 @@ def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: 
             return f"tag <{s.tag}> not allowed"
         if not s.closed:
             return f"unclosed <{s.tag}>"
-        if s.tag != "result" and _TAG_RE.search(s.text):
+        if s.tag not in containers and tag_re.search(s.text):
             return f"nested tag inside <{s.tag}>"
+    return None
+
+
+def sequence_error(tagged: list[Segment], action: str, result: str = "result") -> str | None:
+    """First violation of: each ``action`` answered by a ``result`` right after it, and results only
+    after actions (``tagged``: the tagged segments in order)."""
+    for prev, cur in zip(tagged, tagged[1:] + [None]):
+        if prev.tag == action and (cur is None or cur.tag != result):
+            return f"<{action}> without a following <{result}>"
+    for prev, cur in zip([None] + tagged, tagged):
+        if cur.tag == result and (prev is None or prev.tag != action):
+            return f"<{result}> not preceded by <{action}>"
+    return None
+
+
+def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: str, final: str) -> str | None:
+    """First violation of: only ``allowed`` tags, all closed, no nested tags in generated spans,
+    no loose text, each ``action`` answered by a result, results only after actions, exactly one
+    ``final`` segment and it comes last."""
+    tagged = [s for s in segments if s.tag is not None]
+    error = span_error(segments, allowed)
+    if error is not None:
+        return error
     if not tagged:
         return "no tags"
-    for prev, cur in zip(tagged, tagged[1:] + [None]):
-        if prev.tag == action and (cur is None or cur.tag != "result"):
-            return f"<{action}> without a following <result>"
-    for prev, cur in zip([None] + tagged, tagged):
-        if cur.tag == "result" and (prev is None or prev.tag != action):
-            return f"<result> not preceded by <{action}>"
+    error = sequence_error(tagged, action)
+    if error is not None:
+        return error
     finals = [s for s in tagged if s.tag == final]
     if len(finals) != 1:
         return f"expected exactly one <{final}>, found {len(finals)}"
