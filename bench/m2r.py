@@ -68,13 +68,13 @@ def split_world(claims: pa.Table, n_held: int) -> tuple[list[dict], pa.Table]:
     return held, pa.Table.from_pylist(rows, schema=claims.schema)
 
 
-def qa_set(name: str, n: int, cache: Path):
+def qa_set(name: str, n: int, cache: Path, shared: Path):
     """The first ``n`` questions of a shared QA sample and a BM25 retriever over its own passages."""
     from factrl.data.multihop import read_qa_jsonl
     from factrl.eval.runner import passages_index
     from factrl.retrieval.index import Retriever
 
-    sample, passages = SHARED / f"{name}_sample.jsonl", SHARED / f"{name}_passages.jsonl"
+    sample, passages = shared / f"{name}_sample.jsonl", shared / f"{name}_passages.jsonl"
     if not sample.exists():
         print(f"{sample} absent: {name} skipped", flush=True)
         return None
@@ -124,6 +124,7 @@ def main() -> None:
     ap.add_argument("--profile", default="", help="a profiles/ name merged over params.yaml")
     ap.add_argument("--smoke", action="store_true", help="tiny settings: shows the bench runs end to end")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "m2r.json"))
+    ap.add_argument("--shared-data", default=str(SHARED), help="where musique_* and hotpotqa_* live")
     args = ap.parse_args()
 
     from factrl.agents.m2r import MacroTool
@@ -155,7 +156,7 @@ def main() -> None:
     all_items = world_items(train_claims)
     sets = {"demo": (held, retriever)}
     for name in DATASETS[1:]:
-        found = qa_set(name, args.qa, cache_dir() / "m2r-bench")
+        found = qa_set(name, args.qa, cache_dir() / "m2r-bench", Path(args.shared_data))
         if found is not None:
             sets[name] = found
     stage1 = M2RStageParams(id=1, prev=0, segment="m2r_stage1", format=1)

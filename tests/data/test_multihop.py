@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import pytest
 
 from factrl.data.multihop import read_qa_jsonl, world_items, world_question
 from factrl.data.reference import check_reference, world_m2r_references
 from factrl.data.schemas import DataError
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 CLAIM = {"id": "w-c1", "claim": "The founder of the company Orlen Studios was born in Varna.", "label": "REFUTES",
          "num_hops": 2,
@@ -42,10 +38,9 @@ def test_qa_files_load_with_aliases_and_bad_rows_name_file_row_and_field(tmp_pat
     assert read_qa_jsonl(path, limit=1)[0]["answers"] == ["G. Stanley Hall", "Stanley Hall"]
 
 
-@pytest.mark.skipif(not (SHARED / "musique_sample.jsonl").exists(), reason="../shared/data absent")
-def test_the_shared_musique_and_hotpotqa_samples_load():
+def test_the_shared_musique_and_hotpotqa_samples_load(shared_data):
     for name in ("musique", "hotpotqa"):
-        items = read_qa_jsonl(SHARED / f"{name}_sample.jsonl")
+        items = read_qa_jsonl(shared_data / f"{name}_sample.jsonl")
         assert len(items) == 100 and all(it["question"] and it["answers"][0] for it in items)
 
 
