@@ -425,7 +425,8 @@ def replay(tokenizer, prompt_ids: list[int], turns: Sequence[tuple[str, str]], p
     texts = [t.rstrip() if t.rstrip().endswith(stop_tags + tuple(params.end_tags)) else t for t in texts]
     for i, text in enumerate(texts[:-1]):
         if not text.rstrip().endswith(stop_tags):
-            raise ValueError(f"model turn {i} is followed by a tool answer but does not end with one of {stop_tags}")
+            raise ValueError(f"model turn {i} is followed by a tool answer but does not end with "
+                             f"{' or '.join(stop_tags)}")
     queue = list(answers)
     tags = result_tags or {}
     tool = Toolbox(*(_ScriptedTool(t, queue, tags.get(t, RESULT_TAG)) for t in stop_tags))
