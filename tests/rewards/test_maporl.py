@@ -97,3 +97,32 @@ def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_ou
     assert fn(short, "REFUTES").score == PENALTY  # a right verdict without reasoning: too short
     with pytest.raises(KeyError, match="train.reasoning.reward"):
         get_reward("maporl_reasonin", key="train.reasoning.reward")
+
+
+def test_the_debate_selects_a_verifier_reward_by_name_and_shapes_each_members_turns():
+    import dataclasses
+
+    from factrl.config import ConfigError, DebateParams
+    from factrl.recipes.scmaks import debate_plan, debate_verifier_rewards
+
+    with pytest.raises(ConfigError, match=r"debate.verifier_reward: unknown verifier reward 'maporl_cumul'"):
+        debate_plan(DebateParams(verifier_reward="maporl_cumul"))
+    params = DebateParams(verifier_reward="maporl_cumulative", verifier_min_tokens=3)
+    debate_plan(params)
+    good = "<think>the passage says so</think><verification>\\boxed{Support}</verification>"
+    hacked = good + " Support"  # a token after the box
+
+    def row(rnd, member, verdict, text):
+        phase = "generate" if rnd == 0 else "cooperative"
+        return {"claim_id": "c1", "label": "SUPPORTS", "round": rnd, "member": member, "phase": phase, "sample": 0,
+                "verdict": verdict, "text": text}
+
+    rows = [row(0, "Ada", "SUPPORTS", good), row(0, "Ben", "REFUTES", good),
+            row(1, "Ada", "SUPPORTS", hacked), row(1, "Ben", "SUPPORTS", good)]
+    out = debate_verifier_rewards(rows, ["Ada", "Ben"], params)
+    # Ada: turn 0 mean(1, -10) = -4.5, turn 1 -10; Ben: turn 0 mean(0, 1) = 0.5, turn 1 1
+    assert out["per_member"] == {"Ada": pytest.approx((-4.5 - 10) / 2), "Ben": pytest.approx((0.5 + 1) / 2)}
+    assert out["guarded_answers"] == 1 and out["answers"] == 4 and out["claims"] == 1
+    immediate = debate_verifier_rewards(rows, ["Ada", "Ben"],
+                                        dataclasses.replace(params, verifier_reward="maporl_immediate"))
+    assert immediate["per_turn"] == [pytest.approx(0.5), pytest.approx(-4.5)]
