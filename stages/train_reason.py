@@ -32,6 +32,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
                  on_step=None) -> haris_rounds.RunResult:
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``)."""
+    haris_rounds.reasoning_reward_fn(params.reward)  # a wrong reward name stops here, before any model loads
     items = haris_rounds.reasoning_prompts(claims, params)
     retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.reasoning_rollout_params(params)
@@ -43,7 +44,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
 
         def make_fns(policy):
             return (haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params),
-                    haris_rounds.reasoning_reward_fn(require_question=params.require_question))
+                    haris_rounds.reasoning_reward_fn(params.reward, require_question=params.require_question))
 
         return haris_rounds.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,

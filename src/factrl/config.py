@@ -286,6 +286,10 @@ class ReasonTrainParams(AgentTrainParams):
         while H learns).
     require_question: "ask before you decide" (not in the paper; an ablation): a verdict with no
         question on a multi-hop claim counts as an invalid format (reward 0).
+    reward: the reward's name in ``factrl.rewards.registry``, called like ``haris_reasoning``:
+        ``haris_reasoning`` (R_high, the paper's eq. 1) or ``maporl_reasoning`` (MAPoRL's rule
+        verifier behind its reward-hacking guards: no box, text after the box, fewer than 50 tokens,
+        a phrase repeated 4+ times in a row each score -10).
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
@@ -293,6 +297,7 @@ class ReasonTrainParams(AgentTrainParams):
     search_max_new_tokens: int = 128
     search_temperature: float = 0.0
     require_question: bool = False
+    reward: str = "haris_reasoning"
 
 
 @dataclass(frozen=True)
@@ -884,6 +889,14 @@ class DebateParams:
     retries: Prefect retries of a batch on I/O errors (connection, timeout).
     precision: weights of in-process models: ``auto`` (bf16 only where the CPU computes it natively),
         ``bf16`` or ``fp32``.
+    verifier_reward: MAPoRL's verifier-shaped reward of every member's answer at every turn (the
+        generation phase and each round), reported per member in debate/summary.json: empty = off,
+        or ``maporl_immediate``, ``maporl_cumulative``, ``maporl_influence``
+        (``factrl.rewards.maporl.SHAPES``); the verifier is the rule one (1 for the gold verdict) and
+        the hacking guards score -10.
+    verifier_gamma: the discount of the cumulative and influence-aware shapes (the paper's 1).
+    verifier_min_tokens: the too-short guard: answers with fewer whitespace tokens score -10 (the
+        paper's 50 on math; debate answers are shorter).
     """
 
     pool: tuple[MemberParams, ...] = (
@@ -914,6 +927,9 @@ class DebateParams:
     concurrency: int = 1
     retries: int = 2
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    verifier_reward: str = ""
+    verifier_gamma: float = 1.0
+    verifier_min_tokens: int = 50
 
 
 @dataclass(frozen=True)
@@ -1002,6 +1018,83 @@ class FitConsensusParams:
     seed: int = 0
 
 
+# --------------------------------------------------------------------------------------------
+# m2r / m2r_stages: micro-macro retrieval trained in curriculum stages (train_m2r@<id>)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class M2RStageParams:
+    """One M2R training stage (an entry of ``m2r_stages``; DVC stage ``train_m2r@<id>``).
+
+    id: the stage's key in ``m2r_stages``; it names the stage's DVC stage and files
+        (``models/m2r_<id>``, ``metrics/m2r/train_r<id>.json``).
+    prev: the stage whose model this one starts from (0 = ``m2r.base_model``, warm-started first
+        when ``m2r.warm_start``).
+    segment: the training questions: a curriculum piece ``segments/<segment>.parquet``
+        (``m2r_stage1``: the fewest-hop claims, ``m2r_stage2``: the rest, ``all``: the one-stage
+        ablation), each claim's gold chain turned into one multi-hop question.
+    format: what the reward counts as a valid format (paper section 3.4): 1 = macro retrieval, a
+        valid key save and a boxed answer; 2 = also micro retrieval in the answer.
+    start: the file the stage's starting point is made from, for dvc.yaml's deps (DVC templates
+        cannot branch on ``prev``): ``segments/all.parquet`` (the warm start's references) when
+        ``prev`` is 0, else ``models/m2r_<prev>``; checked against ``prev`` when the stage runs.
+    """
+
+    id: int
+    prev: int
+    segment: str
+    format: Literal[1, 2] = 2
+    start: str = "segments/all.parquet"
+
+    def expected_start(self) -> str:
+        return "segments/all.parquet" if self.prev == 0 else f"models/m2r_{self.prev}"
+
+
+@dataclass(frozen=True)
+class M2RStagesParams:
+    """The ``m2r_stages`` mapping of params.yaml: stage id -> that stage's settings. Empty (the
+    default) = no ``train_m2r`` stage in the pipeline: M2R training is off.
+
+    stages: the stages in id order; each starts from stage 0 or an earlier one.
+    """
+
+    MAP_FIELD = "stages"
+    stages: tuple[M2RStageParams, ...] = ()
+
+
+@dataclass(frozen=True)
+class M2RParams(AgentTrainParams):
+    """Stage ``train_m2r@<id>``: GRPO of the M2R agent (``factrl.agents.m2r``) on one curriculum
+    stage's multi-hop questions, with the rule-based reward of the paper (eq. 5-6). Every
+    :class:`AgentTrainParams` field, flat (``dvc exp run -S m2r.lr=2e-6``), plus:
+
+    base_model: the model stage 0 is (an embedded name, HF directory or hub id).
+    reward: the reward's name in ``factrl.rewards.registry`` (``m2r``); called with the final answer,
+        the gold answers, the format validity, the saved key values, ``alpha`` and ``beta``.
+    alpha: weight of the key-information score s_key in r_ans (the paper's 1/3).
+    beta: weight of the consistency score s_cons in r_ans (the paper's 1/10).
+    warm_start: fine-tune the base model on reference M2R trajectories of the demo world's gold
+        chains before stage 1 (the ``warmup`` mechanism: ``factrl.recipes.warmup``); a 135M model
+        does not find the protocol from GRPO's sparse reward alone.
+    warm_prompt: the system prompt the warm-started agent is trained with and keeps (``short`` or
+        ``full``; the base model without warm start always gets ``full``).
+    warm_max_items: training questions the references are built from (0 = all of the segment's).
+    warm_max_length: prompt + response tokens of one reference example (longer ones are left out).
+    sft: the warm start's fine-tuning (see :class:`SFTParams`).
+    """
+
+    base_model: str = "smollm2-135m"
+    reward: str = "m2r"
+    alpha: float = 1 / 3
+    beta: float = 0.1
+    warm_start: bool = True
+    warm_prompt: Literal["full", "short"] = "short"
+    warm_max_items: int = 0
+    warm_max_length: int = 1024
+    sft: SFTParams = field(default_factory=SFTParams)
+
+
 SECTIONS: dict[str, type] = {
     "prepare": PrepareParams,
     "index": IndexParams,
@@ -1015,6 +1108,8 @@ SECTIONS: dict[str, type] = {
     "train": TrainParams,
     "debate": DebateParams,
     "fit_consensus": FitConsensusParams,
+    "m2r": M2RParams,
+    "m2r_stages": M2RStagesParams,
 }
 
 

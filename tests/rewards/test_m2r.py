@@ -37,3 +37,21 @@ def test_zero_f1_falls_back_to_the_format_reward(answer, fmt, expected):
 def test_extract_boxed_balances_braces():
     assert extract_boxed(r"a \boxed{180.0} b \boxed{\text{x}} c \boxed{open") == ["180.0", r"\text{x}"]
     assert extract_boxed("none") == []
+
+
+def test_the_weights_alpha_and_beta_scale_their_scores():
+    # final answer "Paris France" vs gold "Paris": F1 2/3; key info "Paris": s_key 1; s_cons F1 2/3
+    r = m2r_reward("Paris France", ["Paris"], format_valid=True, key_info=["Paris"], alpha=0.5, beta=0.25)
+    assert r.parts["s_final"] == pytest.approx(2 / 3) and r.parts["s_key"] == 1.0
+    assert r.parts["s_cons"] == pytest.approx(2 / 3)
+    assert r.score == pytest.approx(2 / 3 + 0.5 * 1.0 + 0.25 * 2 / 3)
+    # the key information counts only through s_key and s_cons: a wrong final answer earns 0.1 at most
+    assert m2r_reward("Rome", ["Paris"], format_valid=True, key_info=["Paris"]).score == 0.1
+
+
+def test_the_m2r_reward_is_selected_by_name():
+    from factrl.rewards.registry import get_reward
+
+    assert get_reward("m2r") is m2r_reward
+    with pytest.raises(KeyError, match="m2r.reward"):
+        get_reward("m2r_typo", key="m2r.reward")

@@ -54,3 +54,75 @@ def test_reward_hacking_penalties():
     assert penalized_score(0.7, loop, min_tokens=10) == PENALTY  # phrase repeated more than three times
     numbers = body + "1 2 1 2 1 2 1 2 1 2 \\boxed{42}"
     assert penalized_score(0.7, numbers, min_tokens=10) == 0.7  # repeated numbers are allowed
+
+
+def test_closing_protocol_tags_after_the_box_are_not_text_after_it():
+    body = "We add the two numbers step by step and check the sum carefully. " * 2
+    assert penalized_score(0.7, body + "<verification>\\boxed{42}</verification>", min_tokens=10) == 0.7
+    assert penalized_score(0.7, body + "<verification>\\boxed{42}</verification> ok", min_tokens=10) == PENALTY
+
+
+def test_verifier_rewards_guard_each_answer_then_shape_by_name():
+    from factrl.rewards.maporl import SHAPES, verifier_rewards
+
+    long = "Each passage says the founder was born there, so the chain holds. " * 8
+    ok, hacked = long + "\\boxed{Support}", long + "\\boxed{Support} Support Support"  # tokens after the box
+    v = [[1.0, 1.0], [1.0, 0.0]]
+    answers = [[ok, hacked], [ok, ok]]
+    np.testing.assert_allclose(verifier_rewards("maporl_immediate", v, answers), [[1.0, PENALTY], [1.0, 0.0]])
+    # cumulative with gamma 1: the mean of the guarded scores from each turn on
+    np.testing.assert_allclose(verifier_rewards("maporl_cumulative", v, answers),
+                               [[1.0, (PENALTY + 0.0) / 2], [1.0, 0.0]])
+    np.testing.assert_allclose(verifier_rewards("maporl_influence", v, None), influence_aware_reward(v))
+    assert set(SHAPES) <= set(__import__("factrl.rewards", fromlist=["REWARDS"]).REWARDS)
+    with pytest.raises(ValueError, match="maporl_cumulative"):
+        verifier_rewards("cumulative", v)
+    with pytest.raises(ValueError, match="2 turns x 2 agents"):
+        verifier_rewards("maporl_immediate", v, [[ok]])
+
+
+def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_output():
+    from factrl.rewards.registry import get_reward
+
+    fn = get_reward("maporl_reasoning")
+    think = "<think>" + "The founder of Orlen Studios is Ilse Parrow, who was born in Tessik. " * 6 + "</think>"
+    report = "<result>" + "Tessik Tessik Tessik Tessik Tessik Tessik " * 3 + "</result>"  # injected: not judged
+    good = think + "<question>Who founded Orlen Studios?</question>" + report + \
+        "<verification>\\boxed{Refute}</verification>"
+    assert fn(good, "REFUTES").score == 1.0 and fn(good, "SUPPORTS").score == 0.0
+    hacked = good.replace("</think><question>", " yes yes yes yes yes yes yes yes</think><question>")
+    r = fn(hacked, "REFUTES")  # the agent repeats a token more than three times in a row
+    assert r.score == PENALTY and r.parts["guarded"] == 1.0 and r.parts["correct"] == 1.0
+    short = "<think>ok</think><verification>\\boxed{Refute}</verification>"
+    assert fn(short, "REFUTES").score == PENALTY  # a right verdict without reasoning: too short
+    with pytest.raises(KeyError, match="train.reasoning.reward"):
+        get_reward("maporl_reasonin", key="train.reasoning.reward")
+
+
+def test_the_debate_selects_a_verifier_reward_by_name_and_shapes_each_members_turns():
+    import dataclasses
+
+    from factrl.config import ConfigError, DebateParams
+    from factrl.recipes.scmaks import debate_plan, debate_verifier_rewards
+
+    with pytest.raises(ConfigError, match=r"debate.verifier_reward: unknown verifier reward 'maporl_cumul'"):
+        debate_plan(DebateParams(verifier_reward="maporl_cumul"))
+    params = DebateParams(verifier_reward="maporl_cumulative", verifier_min_tokens=3)
+    debate_plan(params)
+    good = "<think>the passage says so</think><verification>\\boxed{Support}</verification>"
+    hacked = good + " Support"  # a token after the box
+
+    def row(rnd, member, verdict, text):
+        phase = "generate" if rnd == 0 else "cooperative"
+        return {"claim_id": "c1", "label": "SUPPORTS", "round": rnd, "member": member, "phase": phase, "sample": 0,
+                "verdict": verdict, "text": text}
+
+    rows = [row(0, "Ada", "SUPPORTS", good), row(0, "Ben", "REFUTES", good),
+            row(1, "Ada", "SUPPORTS", hacked), row(1, "Ben", "SUPPORTS", good)]
+    out = debate_verifier_rewards(rows, ["Ada", "Ben"], params)
+    # Ada: turn 0 mean(1, -10) = -4.5, turn 1 -10; Ben: turn 0 mean(0, 1) = 0.5, turn 1 1
+    assert out["per_member"] == {"Ada": pytest.approx((-4.5 - 10) / 2), "Ben": pytest.approx((0.5 + 1) / 2)}
+    assert out["guarded_answers"] == 1 and out["answers"] == 4 and out["claims"] == 1
+    immediate = debate_verifier_rewards(rows, ["Ada", "Ben"],
+                                        dataclasses.replace(params, verifier_reward="maporl_immediate"))
+    assert immediate["per_turn"] == [pytest.approx(0.5), pytest.approx(-4.5)]

@@ -30,10 +30,9 @@ def _touch(p: Path) -> None:
         (p / "stand-in").write_text("stand-in\n")
 
 
-@pytest.fixture
-def committed_repo(tmp_path, repo_root, monkeypatch):
-    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
-    monkeypatch.chdir(repo)
+def commit_stand_ins(repo: Path) -> Path:
+    """Stand-in files for every stage's deps and outs of ``repo``, recorded with ``dvc commit``, so
+    the pipeline is up to date without running it."""
     with Repo(str(repo)) as dvc:
         for stage in dvc.index.stages:
             for dep in stage.deps:
@@ -44,6 +43,13 @@ def committed_repo(tmp_path, repo_root, monkeypatch):
         dvc.commit(None, force=True)
         assert dvc.reproduce(dry=True) == []
     return repo
+
+
+@pytest.fixture
+def committed_repo(tmp_path, repo_root, monkeypatch):
+    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
+    monkeypatch.chdir(repo)
+    return commit_stand_ins(repo)
 
 
 def _dry(repo: Path) -> list[str]:

@@ -32,7 +32,14 @@ ALL_TAGS = tuple(dict.fromkeys(REASONING_TAGS + SEARCH_TAGS))
 SUPPORTS = "SUPPORTS"
 REFUTES = "REFUTES"
 
-_TAG_RE = re.compile(r"<(/?)(" + "|".join(ALL_TAGS) + r")\s*>")
+
+
+def tag_regex(tags: tuple[str, ...]) -> re.Pattern:
+    """The pattern of the open and close tags of ``tags`` (group 1: ``/`` or empty, group 2: the tag)."""
+    return re.compile(r"<(/?)(" + "|".join(tags) + r")\s*>")
+
+
+_TAG_RE = tag_regex(ALL_TAGS)
 # \boxed{Support}, \boxed{ supported }, \boxed{\text{Refute}}: lenient on the word's ending and case
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*(?:\\text\s*\{\s*)?([A-Za-z]+)\s*\}?\s*\}")
 _VERDICT_WORDS = {"support": SUPPORTS, "supports": SUPPORTS, "supported": SUPPORTS,
@@ -67,15 +74,16 @@ class SearchParse:
     error: str | None
 
 
-def parse_tags(text: str) -> list[Segment]:
-    """Split ``text`` into tagged and untagged segments (flat; never raises)."""
+def parse_tags(text: str, tag_re: re.Pattern = _TAG_RE) -> list[Segment]:
+    """Split ``text`` into tagged and untagged segments (flat; never raises). ``tag_re``: the tag
+    set (:func:`tag_regex`; HARIS's tags by default, M2R's in ``factrl.agents.m2r``)."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
     segments: list[Segment] = []
     pos = 0
     outside_start = 0
     while True:
-        m = _TAG_RE.search(text, pos)
+        m = tag_re.search(text, pos)
         if m is None:
             break
         if m.group(1):  # a closing tag with nothing open: stays in the outside text
@@ -95,10 +103,10 @@ def parse_tags(text: str) -> list[Segment]:
     return segments
 
 
-def escape_tags(text: str) -> str:
+def escape_tags(text: str, tag_re: re.Pattern = _TAG_RE) -> str:
     """Neutralise protocol tags inside injected text (retrieved passages, reports) so that a
     passage containing ``</result>`` cannot end the result span early: ``<x>`` becomes ``[x]``."""
-    return _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
+    return tag_re.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
 
 
 def boxed_verdict(text: str) -> str | None:
@@ -111,11 +119,10 @@ def boxed_verdict(text: str) -> str | None:
     return found
 
 
-def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: str, final: str) -> str | None:
-    """First violation of: only ``allowed`` tags, all closed, no nested tags in generated spans,
-    no loose text, each ``action`` answered by a result, results only after actions, exactly one
-    ``final`` segment and it comes last."""
-    tagged = [s for s in segments if s.tag is not None]
+def span_error(segments: list[Segment], allowed: tuple[str, ...], containers: tuple[str, ...] = ("result",),
+               tag_re: re.Pattern = _TAG_RE) -> str | None:
+    """First violation of: only ``allowed`` tags, all closed, no loose text, no tag inside a span
+    other than ``containers`` (injected results, which may quote anything)."""
     for s in segments:
         if s.tag is None:
             if s.text.strip():
@@ -125,16 +132,36 @@ def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: 
             return f"tag <{s.tag}> not allowed"
         if not s.closed:
             return f"unclosed <{s.tag}>"
-        if s.tag != "result" and _TAG_RE.search(s.text):
+        if s.tag not in containers and tag_re.search(s.text):
             return f"nested tag inside <{s.tag}>"
+    return None
+
+
+def sequence_error(tagged: list[Segment], action: str, result: str = "result") -> str | None:
+    """First violation of: each ``action`` answered by a ``result`` right after it, and results only
+    after actions (``tagged``: the tagged segments in order)."""
+    for prev, cur in zip(tagged, tagged[1:] + [None]):
+        if prev.tag == action and (cur is None or cur.tag != result):
+            return f"<{action}> without a following <{result}>"
+    for prev, cur in zip([None] + tagged, tagged):
+        if cur.tag == result and (prev is None or prev.tag != action):
+            return f"<{result}> not preceded by <{action}>"
+    return None
+
+
+def _structure_error(segments: list[Segment], allowed: tuple[str, ...], action: str, final: str) -> str | None:
+    """First violation of: only ``allowed`` tags, all closed, no nested tags in generated spans,
+    no loose text, each ``action`` answered by a result, results only after actions, exactly one
+    ``final`` segment and it comes last."""
+    tagged = [s for s in segments if s.tag is not None]
+    error = span_error(segments, allowed)
+    if error is not None:
+        return error
     if not tagged:
         return "no tags"
-    for prev, cur in zip(tagged, tagged[1:] + [None]):
-        if prev.tag == action and (cur is None or cur.tag != "result"):
-            return f"<{action}> without a following <result>"
-    for prev, cur in zip([None] + tagged, tagged):
-        if cur.tag == "result" and (prev is None or prev.tag != action):
-            return f"<result> not preceded by <{action}>"
+    error = sequence_error(tagged, action)
+    if error is not None:
+        return error
     finals = [s for s in tagged if s.tag == final]
     if len(finals) != 1:
         return f"expected exactly one <{final}>, found {len(finals)}"

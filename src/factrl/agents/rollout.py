@@ -3,8 +3,9 @@
 Each trajectory is one agent loop (:func:`agent_loop`): it generates until it stops (the tool's
 closing tag such as ``</search>``, a final tag such as ``</report>``, EOS, or the token budget);
 when it stopped on the tool's tag, the tool answers its query, the answer is wrapped in
-``<result>...</result>`` and appended, and the loop generates again. :func:`run_rollouts` runs
-every trajectory through :func:`factrl.agents.loop.run_loops`, which batches their generation
+``<result>...</result>`` (or the tool's own ``result_tag``) and appended, and the loop generates
+again. A :class:`~factrl.agents.tools.Toolbox` gives a trajectory several tools, one per stop tag.
+:func:`run_rollouts` runs every trajectory through :func:`factrl.agents.loop.run_loops`, which batches their generation
 requests on a shared engine (rows join and leave the running batch between decode steps) and
 their tool calls (one batched call per tool), so no trajectory waits for the others' turns.
 
@@ -35,12 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, CallTool, Generate, run_loops
-from factrl.agents.tools import Tool, open_tag
+from factrl.agents.tools import RESULT_TAG, Tool, Toolbox, open_tag, result_tag, tools_by_tag
 from factrl.llm.base import Completion, Message, SamplingParams, TokensUnsupported
 from factrl.llm.tokens import encode_chat
 
-RESULT_OPEN = "\n<result>\n"
-RESULT_CLOSE = "\n</result>\n"
+RESULT_OPEN = f"\n<{RESULT_TAG}>\n"
+RESULT_CLOSE = f"\n</{RESULT_TAG}>\n"
 ELLIPSIS = "\n[... truncated ...]\n"
 
 
@@ -118,6 +119,7 @@ class _State:
     done: bool = False
     finish: str = "stop"
     pending: str | None = None  # the query waiting for the tool
+    pending_tag: str | None = None  # the stop tag that asked for it (which tool answers)
 
     def end(self, reason: str) -> None:
         self.done, self.finish, self.pending = True, reason, None
@@ -171,26 +173,36 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _result_ids(tokenizer, result: str, params: RolloutParams) -> tuple[list[int], str]:
-    """Ids and exact text of one injected ``<result>`` block, its body cut to the tool limit."""
+def _wrap(tag: str | None) -> tuple[str, str]:
+    """The text injected before and after a tool answer wrapped in ``tag`` (none for None)."""
+    return (f"\n<{tag}>\n", f"\n</{tag}>\n") if tag is not None else ("", "")
+
+
+def _result_ids(tokenizer, result: str, params: RolloutParams, tag: str | None = RESULT_TAG) -> tuple[list[int], str]:
+    """Ids and exact text of one injected ``<tag>`` block, its body cut to the tool limit (an empty
+    unwrapped answer injects nothing)."""
+    if tag is None and not result:
+        return [], ""
     body = truncate_middle(_encode(tokenizer, result), params.max_tool_response_tokens,
                            _encode(tokenizer, ELLIPSIS))
-    ids = _encode(tokenizer, RESULT_OPEN) + body + _encode(tokenizer, RESULT_CLOSE)
+    head, tail = _wrap(tag)
+    ids = (_encode(tokenizer, head) if head else []) + body + (_encode(tokenizer, tail) if tail else [])
     # decode the ids actually injected so the turn text is exactly what the model read
     return ids, tokenizer.decode(ids)
 
 
-def _stops(tool: Tool | None, params: RolloutParams) -> tuple[str, ...]:
-    return ((tool.stop_tag,) if tool is not None else ()) + tuple(params.end_tags)
+def _stops(tools: dict[str, Tool], params: RolloutParams) -> tuple[str, ...]:
+    return tuple(tools) + tuple(params.end_tags)
 
 
-def _after_turn(s: _State, text: str, stopped: bool, tool: Tool | None, params: RolloutParams) -> None:
+def _after_turn(s: _State, text: str, stopped: bool, tools: dict[str, Tool], params: RolloutParams) -> None:
     """Decide what a finished generation turn means: a tool call, the end, or the budget."""
-    if tool is not None and text.rstrip().endswith(tool.stop_tag):
+    tag = next((t for t in tools if text.rstrip().endswith(t)), None)
+    if tag is not None:
         if s.calls >= params.max_turns:
             s.end("max_turns")
         else:
-            s.pending = extract_query(text, tool.stop_tag)
+            s.pending, s.pending_tag = extract_query(text, tag), tag
         return
     s.end("stop" if stopped else "length")
 
@@ -206,6 +218,7 @@ def _use_tool(tool: Tool, s: _State) -> AgentLoop[str]:
     """Answer the paused query: a tool with a ``loop`` (an agent, e.g. the search agent) runs
     inside this trajectory's loop; any other tool is called in a batch by the scheduler."""
     query = s.pending
+    s.pending_tag = None
     nested = getattr(tool, "loop", None)
     answer = (yield from nested(query)) if nested is not None else (yield CallTool(tool, query))
     s.queries.append(query)
@@ -215,14 +228,14 @@ def _use_tool(tool: Tool, s: _State) -> AgentLoop[str]:
     return answer
 
 
-def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams, stream: int,
+def _token_loop(llm, prompt: list[int], tools: dict[str, Tool], params: RolloutParams, stream: int,
                 tokenizer) -> AgentLoop[Trajectory]:
     s = _State(prompt=list(prompt))
     if params.response_prefix:
         ids = _encode(tokenizer, params.response_prefix)
         s.injected(ids)
         s.turns.append(("env", tokenizer.decode(ids)))
-    stops = _stops(tool, params)
+    stops = _stops(tools, params)
     turn = 0
     while not s.done:
         room = params.max_context_tokens - len(s.prompt) - len(s.response)
@@ -236,11 +249,12 @@ def _token_loop(llm, prompt: list[int], tool: Tool | None, params: RolloutParams
         ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
         s.generated(ids, c.logprobs if c.token_ids is not None else None)
         s.turns.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
-        _after_turn(s, c.text, c.finish_reason == "stop", tool, params)
+        _after_turn(s, c.text, c.finish_reason == "stop", tools, params)
         if s.pending is None:
             continue
+        tool = tools[s.pending_tag]
         answer = yield from _use_tool(tool, s)
-        ids, text = _result_ids(tokenizer, answer, params)
+        ids, text = _result_ids(tokenizer, answer, params, result_tag(tool))
         if len(s.prompt) + len(s.response) + len(ids) >= params.max_context_tokens:
             s.end("length")
             break
@@ -259,11 +273,11 @@ def _infer_stop(text: str, stops: Sequence[str]) -> str:
     return text + best if best is not None else text
 
 
-def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: RolloutParams, stream: int,
+def _chat_loop(llm, conversation: Sequence[Message], tools: dict[str, Tool], params: RolloutParams, stream: int,
                tokenizer) -> AgentLoop[Trajectory]:
     ids = encode_chat(tokenizer, conversation) if tokenizer is not None else []
     s = _State(prompt=list(ids), conversation=list(conversation))
-    stops = _stops(tool, params)
+    stops = _stops(tools, params)
     turn = 0
     while not s.done:
         c = yield Generate(llm, _sampling(params, params.max_new_tokens, stops, turn),
@@ -274,42 +288,47 @@ def _chat_loop(llm, conversation: Sequence[Message], tool: Tool | None, params: 
         s.generated(ids, None)  # re-tokenized text: no engine log-probs of these ids
         s.turns.append(("model", text))
         s.conversation.append({"role": "assistant", "content": text})
-        _after_turn(s, text, c.finish_reason == "stop", tool, params)
+        _after_turn(s, text, c.finish_reason == "stop", tools, params)
         if not s.done and tokenizer is not None and len(s.prompt) + len(s.response) >= params.max_context_tokens:
             s.end("length")
         if s.pending is None:
             continue
+        tool = tools[s.pending_tag]
         answer = yield from _use_tool(tool, s)
         if tokenizer is not None:
-            ids, text = _result_ids(tokenizer, answer, params)
+            ids, text = _result_ids(tokenizer, answer, params, result_tag(tool))
         else:
-            ids, text = [], RESULT_OPEN + answer + RESULT_CLOSE
+            head, tail = _wrap(result_tag(tool))
+            ids, text = [], (head + answer + tail if head or answer else "")
         s.injected(ids)
         s.turns.append(("env", text))
-        s.conversation.append({"role": "user", "content": text.strip()})
+        if text.strip():  # an empty injection (a key saved) adds no user turn: the assistant goes on
+            s.conversation.append({"role": "user", "content": text.strip()})
     return s.trajectory()
 
 
 def agent_loop(llm, prompt_ids: list[int] | None, conversation: Sequence[Message] | None,
-               tool: Tool | None, params: RolloutParams, *, stream: int = 0, tokenizer=None
+               tool, params: RolloutParams, *, stream: int = 0, tokenizer=None
                ) -> AgentLoop[Trajectory]:
     """One multi-turn trajectory as an agent loop (run it with :func:`~factrl.agents.loop.run_loops`).
 
+    ``tool``: None, one :class:`~factrl.agents.tools.Tool` or a :class:`~factrl.agents.tools.Toolbox`.
     Token-level when ``prompt_ids`` are given and the backend continues ids; when the backend
     raises :class:`TokensUnsupported` at the first turn, the same trajectory runs as a chat on
     ``conversation`` (see the module docstring). ``stream`` seeds this trajectory's sampler.
     """
     tokenizer = tokenizer if tokenizer is not None else getattr(llm, "tokenizer", None)
+    tools = tools_by_tag(tool)
     if prompt_ids:
         if tokenizer is None:
             raise ValueError("token-level rollouts need a tokenizer (pass tokenizer= or use an LLM with .tokenizer)")
         try:
-            return (yield from _token_loop(llm, prompt_ids, tool, params, stream, tokenizer))
+            return (yield from _token_loop(llm, prompt_ids, tools, params, stream, tokenizer))
         except TokensUnsupported:
             pass  # raised at the first turn, before anything was recorded
     if conversation is None:
         raise TokensUnsupported(f"{llm!r} cannot continue token ids; pass messages= so the rollout can run as a chat")
-    return (yield from _chat_loop(llm, conversation, tool, params, stream, tokenizer))
+    return (yield from _chat_loop(llm, conversation, tools, params, stream, tokenizer))
 
 
 def run_rollouts(
@@ -360,29 +379,30 @@ class _ScriptedPolicy:
 
 
 class _ScriptedTool:
-    """A tool that answers with the env turns of a reference trajectory, in order."""
+    """A tool that answers with the env turns of a reference trajectory, in order (the tools of a
+    toolbox share one list of answers: the reference's env turns in the order they came)."""
 
     name = "reference"
 
-    def __init__(self, stop_tag: str, answers: Sequence[str]) -> None:
+    def __init__(self, stop_tag: str, answers: list[str], tag: str | None = RESULT_TAG) -> None:
         self.stop_tag = stop_tag
-        self.answers = list(answers)
-        self.queries: list[str] = []
+        self.answers = answers
+        self.result_tag = tag
 
     def __call__(self, queries: list[str]) -> list[str]:
         if len(self.answers) < len(queries):
             raise ValueError("the rollout called its tool more often than the reference answers")
-        self.queries += queries
-        answers, self.answers = self.answers[: len(queries)], self.answers[len(queries):]
-        return answers
+        out = self.answers[: len(queries)]
+        del self.answers[: len(queries)]
+        return out
 
 
 def replay(tokenizer, prompt_ids: list[int], turns: Sequence[tuple[str, str]], params: RolloutParams,
-           stop_tag: str) -> Trajectory:
+           stop_tag: str | Sequence[str], result_tags: dict[str, str | None] | None = None) -> Trajectory:
     """The trajectory a rollout from ``prompt_ids`` produces when the policy writes exactly the
-    ``"model"`` turns of ``turns`` and the tool (``stop_tag``, e.g. ``</question>``) answers with the
-    ``"env"`` turns in between (raw answers: wrapped in ``<result>`` and cut to
-    ``params.max_tool_response_tokens`` here, as in a rollout).
+    ``"model"`` turns of ``turns`` and the tool (``stop_tag``, e.g. ``</question>``; several tags
+    for a toolbox) answers with the ``"env"`` turns in between (raw answers: wrapped in ``<result>``,
+    or ``result_tags[stop tag]``, and cut to ``params.max_tool_response_tokens`` here, as in a rollout).
 
     The rollout loop itself lays out the ids, so the response prefix and every injected result have
     loss mask 0 and the agent's own tokens mask 1, exactly as in a sampled rollout. The first model
@@ -401,11 +421,15 @@ def replay(tokenizer, prompt_ids: list[int], turns: Sequence[tuple[str, str]], p
         raise ValueError(f"the first model turn must start with the response prefix {prefix!r}")
     texts[0] = texts[0][len(prefix):]
     # a sampled turn ends right at its stop tag (the engine stops there): no trailing whitespace
-    texts = [t.rstrip() if t.rstrip().endswith((stop_tag,) + tuple(params.end_tags)) else t for t in texts]
+    stop_tags = (stop_tag,) if isinstance(stop_tag, str) else tuple(stop_tag)
+    texts = [t.rstrip() if t.rstrip().endswith(stop_tags + tuple(params.end_tags)) else t for t in texts]
     for i, text in enumerate(texts[:-1]):
-        if not text.rstrip().endswith(stop_tag):
-            raise ValueError(f"model turn {i} is followed by a tool answer but does not end with {stop_tag}")
-    tool = _ScriptedTool(stop_tag, answers)
+        if not text.rstrip().endswith(stop_tags):
+            raise ValueError(f"model turn {i} is followed by a tool answer but does not end with "
+                             f"{' or '.join(stop_tags)}")
+    queue = list(answers)
+    tags = result_tags or {}
+    tool = Toolbox(*(_ScriptedTool(t, queue, tags.get(t, RESULT_TAG)) for t in stop_tags))
     # one tool call per answer and no turn budget: the reference decides where the trajectory ends
     budget = max(params.max_new_tokens, max(len(_encode(tokenizer, t)) for t in texts))
     params = dataclasses.replace(params, max_turns=len(answers), max_new_tokens=budget)
@@ -413,6 +437,6 @@ def replay(tokenizer, prompt_ids: list[int], turns: Sequence[tuple[str, str]], p
                                    tokenizer=tokenizer)])
     if traj.finish_reason == "length":
         raise ValueError(f"the trajectory does not fit max_context_tokens={params.max_context_tokens}")
-    if tool.answers or traj.num_tool_calls != len(answers):
+    if queue or traj.num_tool_calls != len(answers):
         raise ValueError(f"the replay used {traj.num_tool_calls} of {len(answers)} tool answers")
     return traj

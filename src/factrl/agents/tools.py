@@ -9,6 +9,12 @@ one time for all of them.
 * :class:`SearchAgentTool`: ``</question>`` -> one full search-agent rollout per question; the
   result is the search agent's ``<report>`` (what HARIS's reasoning agent receives). It is an
   agentic tool: its :meth:`~SearchAgentTool.loop` runs inside the asking trajectory's agent loop.
+* :class:`Toolbox`: several tools in one trajectory, each behind its own stop tag (M2R's macro
+  retrieval, key-information saving and micro retrieval, ``factrl.agents.m2r``).
+
+A tool's answer is injected inside ``<result>...</result>`` unless the tool names another wrapper
+tag in ``result_tag`` (M2R's ``<micro_response>``) or None (the answer is injected as it is; an
+empty answer injects nothing).
 """
 
 from __future__ import annotations
@@ -33,6 +39,38 @@ class Tool(Protocol):
 
     def __call__(self, queries: list[str]) -> list[str]:
         ...
+
+
+RESULT_TAG = "result"  # the wrapper of a tool's answer unless the tool sets ``result_tag``
+
+
+def result_tag(tool) -> str | None:
+    """The tag an answer of ``tool`` is wrapped in (None: injected as it is)."""
+    return getattr(tool, "result_tag", RESULT_TAG)
+
+
+class Toolbox:
+    """Several tools of one trajectory, each behind its own stop tag; the rollout loop calls the one
+    whose tag ended the turn. Any tool works in a toolbox (a batched tool, an agentic one)."""
+
+    name = "toolbox"
+
+    def __init__(self, *tools) -> None:
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.stop_tag in self.tools:
+                raise ValueError(f"two tools stop on {tool.stop_tag!r}: {self.tools[tool.stop_tag].name!r} "
+                                 f"and {tool.name!r}")
+            self.tools[tool.stop_tag] = tool
+
+
+def tools_by_tag(tool) -> dict[str, Tool]:
+    """``{stop tag: tool}`` of what a rollout was given: nothing, one tool or a :class:`Toolbox`."""
+    if tool is None:
+        return {}
+    if isinstance(tool, Toolbox):
+        return dict(tool.tools)
+    return {tool.stop_tag: tool}
 
 
 def open_tag(stop_tag: str) -> str:

@@ -11,6 +11,10 @@ Two sources, one contract:
   fact; a search whose passages miss the gold passage is rejected (``retrieval_miss``), so no
   reference report states a fact its passages do not hold. Deterministic given the claims and the
   index.
+* :func:`world_m2r_references`: the same gold chains as M2R trajectories (``factrl.agents.m2r``):
+  per hop a macro retrieval with the real retriever (rejected when its passages miss the gold
+  passage), then the hop's fact saved as key information; the answer fetches the final fact with a
+  micro retrieval (the store's real answer) and boxes it.
 * :func:`teacher_references`: an LLM teacher (GPT-4o at scale, any OpenAI-compatible model) plays
   both agents through :class:`factrl.agents.haris.Haris` over the real retriever. Rejection
   sampling: a claim's trajectories are kept only when the agents' own parser finds a valid format
@@ -159,6 +163,66 @@ def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> t
     return kept, rejected
 
 
+def m2r_key(rel, subject: str) -> str:
+    """The key a reference M2R trajectory saves one hop's fact under: ``founder of Orlen Studios``."""
+    return f"{rel.noun} of {subject}"
+
+
+def world_m2r_references(items: Sequence[dict], macro_tool) -> tuple[list[dict], list[dict]]:
+    """Reference M2R trajectories of demo-world QA items (``factrl.data.multihop.world_items``):
+    ``(kept, rejected)`` rows of REFERENCES / REFERENCES_REJECTED with agent ``m2r``.
+
+    Per hop the agent searches ``<subject> <noun>`` (``macro_tool``: the real retriever, one batched
+    call for all hops), reads the passages and saves ``{"<noun> of <subject>": answer}``; the answer
+    phase fetches the last key and boxes its value. An item is rejected (``retrieval_miss``) when a
+    hop's passages do not hold the gold passage's answer, or (``no_chain``) when its chain is not
+    one of the world's templates.
+    """
+    import json
+
+    from factrl.agents.m2r import AGENT, KeyInfoStore, micro_answer
+
+    kept: list[dict] = []
+    rejected: list[dict] = []
+    plans = []
+    for item in items:
+        chain = [parse_hop_question(q) for q, _ in item.get("chain") or []]
+        claim = {"id": item["id"], "label": None, "num_hops": item.get("num_hops")}
+        if not chain or any(c is None for c in chain):
+            rejected.append(_row(f"{item['id']}:m2r", AGENT, WORLD, claim, item["question"], [], reason="no_chain"))
+            continue
+        hops = [(rel, subject, answer) for (rel, subject), (_, answer) in zip(chain, item["chain"])]
+        plans.append((item, claim, hops))
+    queries = [f"{subject} {rel.noun}" for _, _, hops in plans for rel, subject, _ in hops]
+    answers = iter(macro_tool(queries) if queries else [])
+    for item, claim, hops in plans:
+        store = KeyInfoStore()
+        pairs: list[tuple[str, str]] = []
+        opening = f"{THINK}I need " + ", then ".join(f"the {rel.noun} of {subject if k == 0 else 'that'}"
+                                                    for k, (rel, subject, _) in enumerate(hops)) + ".</think>"
+        miss = False
+        for rel, subject, answer in hops:
+            passages = next(answers)
+            miss = miss or answer not in passages
+            key = m2r_key(rel, subject)
+            save = json.dumps({key: answer}, ensure_ascii=False)
+            store.save(save)
+            pairs += [("model", f"{opening}\n<macro_tool_call>{subject} {rel.noun}</macro_tool_call>"),
+                      ("env", passages),
+                      ("model", f"{THINK}{_fact(rel, subject, answer)}</think>\n<key_info_save>{save}</key_info_save>"),
+                      ("env", "")]
+            opening = ""
+        rel, subject, gold = hops[-1]
+        query = m2r_key(rel, subject)
+        pairs += [("model", f"{THINK}I have the {rel.noun} of {subject}.</think>\n<answer><micro_tool_call>{query}"
+                            "</micro_tool_call>"),
+                  ("env", micro_answer(store, query)),
+                  ("model", f"The answer is \\boxed{{{gold}}}.</answer>")]
+        row = _row(f"{item['id']}:m2r", AGENT, WORLD, claim, item["question"], _turns(*pairs), report=gold)
+        (rejected if miss else kept).append(row | {"reason": "retrieval_miss"} if miss else row)
+    return kept, rejected
+
+
 # --------------------------------------------------------------------------------------------
 # an LLM teacher, rejection-sampled
 # --------------------------------------------------------------------------------------------
@@ -244,6 +308,11 @@ def check_reference(row: dict) -> str | None:
         return f"turns must alternate model / env, starting and ending with a model turn (got {roles})"
     if not turns[0]["text"].startswith(THINK):
         return f"the first model turn must open with {THINK}"
+    if row["agent"] == "m2r":
+        from factrl.agents.m2r import parse_m2r, reference_text
+
+        parse = parse_m2r(reference_text(turns))
+        return None if parse.format_valid else f"invalid m2r format: {parse.error}"
     text = "".join(t["text"] if t["role"] == "model" else RESULT_OPEN + t["text"] + RESULT_CLOSE for t in turns)
     if row["agent"] == "reasoning":
         parse = parse_reasoning(text)

@@ -40,7 +40,7 @@ from factrl.rewards.registry import get_reward
 
 FINGERPRINT_FILE = "fingerprint.json"
 METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
-PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning"}  # agent -> its params section
+PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning", "m2r": "m2r"}  # agent -> its params section
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
 def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: bool = False) -> Callable:
     """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
     ``require_question``: a verdict without a question on a multi-hop claim is an invalid format."""
-    fn = get_reward(reward)
+    fn = get_reward(reward, key="train.reasoning.reward")
 
     def score(items: list[dict], trajectories: list) -> list:
         return [fn(t.response_text, it["label"], num_hops=it.get("num_hops"), require_question=require_question)

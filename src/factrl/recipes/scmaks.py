@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,7 +43,9 @@ from factrl.data.splits import cv_splits
 from factrl.eval.stats import agreement_rate, paired_tests, run_metrics, summary
 from factrl.llm.backends import BACKENDS, open_llm
 from factrl.llm.cache import CachedLLM, DiskCache
+from factrl.hardware import peak_rss_mib
 from factrl.llm.counting import CountingLLM
+from factrl.rewards import maporl
 
 SYSTEMS = ("scmaks", "majority_vote", "uniform_vote", "best_single")
 SPLITS = ("train", "dev", "eval")  # the pipeline fit: fit on train, stop early on dev, score eval
@@ -107,6 +108,9 @@ def debate_plan(p: DebateParams, where: str = "params.yaml:debate") -> DebatePla
             raise ConfigError(f"{where}.{key}: must be >= 1, got {getattr(p, key)}")
     if p.rounds < 0:
         raise ConfigError(f"{where}.rounds: must be >= 0, got {p.rounds}")
+    if p.verifier_reward and p.verifier_reward not in maporl.SHAPES:
+        raise ConfigError(f"{where}.verifier_reward: unknown verifier reward {p.verifier_reward!r}; "
+                          f"known: {list(maporl.SHAPES)} (empty = off)")
     try:
         roles = debate_lib.role_schedule(p.rounds, p.first_role, p.ablations)
     except ValueError as exc:
@@ -226,11 +230,6 @@ def batch_key(plan: DebatePlan, params: DebateParams, batch: Sequence[dict]) -> 
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run_debate(claims_by_split: dict[str, pa.Table], pool: Pool, retriever, params: DebateParams, plan: DebatePlan,
                *, work_dir: Path) -> tuple[pa.Table, dict]:
     """Debate every claim (batches fanned out by :mod:`flows.debate`, resumable in ``work_dir``);
@@ -300,7 +299,44 @@ def debate_summary(table: pa.Table, records: Sequence[dict], plan: DebatePlan, p
         out["accuracy"] = {m: {"opening": float(o), "final": float(f)} for m, o, f in
                            zip(fs.members, fs.member_accuracy(every, "opening"), fs.member_accuracy(every))}
         out["agreement"] = {"opening": agreement_rate(fs.opening), "final": agreement_rate(fs.stance)}
+        if params.verifier_reward:
+            out["verifier_reward"] = debate_verifier_rewards(rows, [m.name for m in plan.pool], params)
     return out
+
+
+def debate_verifier_rewards(rows: Sequence[dict], members: Sequence[str], params: DebateParams) -> dict:
+    """MAPoRL's shaped reward (``params.verifier_reward``) of every member's answer at every turn
+    (turn 0 = the opening answer, then one per round), per claim: the rule verifier (1 for the gold
+    verdict) behind the hacking guards. Returns the mean per member and per turn, and how often a
+    guard fired (-10)."""
+    from factrl.rewards.haris import binary_label
+
+    turns: dict[str, dict[tuple[int, str], dict]] = {}
+    for r in rows:
+        if r["phase"] != debate_lib.SUMMARY and r["sample"] == 0:
+            turns.setdefault(r["claim_id"], {})[(r["round"], r["member"])] = r
+    shaped, guarded = [], 0
+    for answers in turns.values():
+        rounds = sorted({t for t, _ in answers})
+        if any((t, m) not in answers for t in rounds for m in members):
+            continue  # a claim with a missing answer (never in a finished run) cannot be shaped
+        grid = [[answers[(t, m)] for m in members] for t in rounds]
+        verifier = [[float(a["verdict"] is not None and a["label"] is not None
+                           and a["verdict"] == binary_label(a["label"])) for a in row] for row in grid]
+        texts = [[a["text"] or "" for a in row] for row in grid]
+        r = maporl.verifier_rewards(params.verifier_reward, verifier, texts, gamma=params.verifier_gamma,
+                                    min_tokens=params.verifier_min_tokens)
+        guarded += int(sum(maporl.penalized_score(1.0, x, min_tokens=params.verifier_min_tokens) == maporl.PENALTY
+                           for row in texts for x in row))
+        shaped.append(r)
+    if not shaped:
+        return {"shape": params.verifier_reward, "claims": 0}
+    width = min(len(r) for r in shaped)
+    stack = np.stack([r[:width] for r in shaped])  # [claims, T, A]
+    return {"shape": params.verifier_reward, "gamma": params.verifier_gamma, "claims": len(shaped),
+            "per_member": {m: float(stack[:, :, a].mean()) for a, m in enumerate(members)},
+            "per_turn": [float(x) for x in stack.mean(axis=(0, 2))],
+            "guarded_answers": guarded, "answers": int(sum(r.size for r in shaped))}
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from factrl.agents import haris
+from factrl.agents import haris, m2r
 from factrl.agents.rollout import replay
 from factrl.agents.tools import RetrieverTool
-from factrl.config import WarmupParams
+from factrl.config import SFTParams, WarmupParams
 from factrl.data import reference
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
 from factrl.io import write_json
@@ -87,21 +87,26 @@ def teacher_references_resumable(claims: list[dict], teacher, retriever_tool: Re
 # --------------------------------------------------------------------------------------------
 
 
-def _agent_setup(agent: str, style: str, params: WarmupParams) -> tuple[Callable, object, str]:
-    """(messages of a prompt, rollout params, tool stop tag) of ``agent`` as its rollouts use them."""
+def _agent_setup(agent: str, style: str, params: WarmupParams) -> tuple[Callable, object, object, dict | None]:
+    """(messages of a prompt, rollout params, tool stop tag(s), their result tags) of ``agent`` as its
+    rollouts use them: HARIS's two agents, and M2R's (``factrl.agents.m2r``: three tools)."""
     limits = {"max_context_tokens": params.max_length, "max_tool_response_tokens": params.max_tool_response_tokens}
     if agent == "reasoning":
-        return (lambda p: haris.reasoning_messages(p, style)), haris.default_reasoning_params(**limits), "</question>"
+        return (lambda p: haris.reasoning_messages(p, style)), haris.default_reasoning_params(**limits), \
+            "</question>", None
     if agent == "search":
-        return (lambda p: haris.search_messages(p, style)), haris.default_search_params(**limits), "</search>"
-    raise ValueError(f"unknown agent {agent!r}; expected one of {AGENTS}")
+        return (lambda p: haris.search_messages(p, style)), haris.default_search_params(**limits), "</search>", None
+    if agent == m2r.AGENT:
+        return (lambda p: m2r.m2r_messages(p, style)), m2r.default_m2r_params(**limits), m2r.STOP_TAGS, \
+            m2r.RESULT_TAGS
+    raise ValueError(f"unknown agent {agent!r}; expected one of {AGENTS + (m2r.AGENT,)}")
 
 
 def agent_examples(rows: Sequence[dict], agent: str, tokenizer, params: WarmupParams) -> tuple[list[dict], Counter]:
     """The fine-tuning examples of ``agent``'s reference rows (:func:`factrl.rl.sft.sft_example` of
     each row's replayed trajectory under the warmed prompt style), and the rows left out by reason
     (``too_long``: beyond ``max_length`` tokens)."""
-    messages, rollout_params, stop_tag = _agent_setup(agent, params.prompt, params)
+    messages, rollout_params, stop_tag, result_tags = _agent_setup(agent, params.prompt, params)
     examples: list[dict] = []
     left_out: Counter = Counter()
     for row in rows:
@@ -109,7 +114,8 @@ def agent_examples(rows: Sequence[dict], agent: str, tokenizer, params: WarmupPa
             continue
         turns = [(t["role"], t["text"]) for t in row["turns"]]
         try:
-            traj = replay(tokenizer, encode_chat(tokenizer, messages(row["prompt"])), turns, rollout_params, stop_tag)
+            traj = replay(tokenizer, encode_chat(tokenizer, messages(row["prompt"])), turns, rollout_params, stop_tag,
+                          result_tags)
         except ValueError as exc:
             if "max_context_tokens" not in str(exc):
                 raise ValueError(f"reference {row['id']}: {exc}") from None
@@ -142,16 +148,18 @@ def save_base_agents(base_model: str, models_dir: Path, round_id: int = 0) -> No
 
 
 def warm_agent(agent: str, rows: Sequence[dict], params: WarmupParams, *, state_dir: Path, out_model: Path,
-               loss_path: Path, model_tokenizer: tuple | None = None) -> tuple[SFTResult, Counter]:
+               loss_path: Path, model_tokenizer: tuple | None = None,
+               sft: SFTParams | None = None) -> tuple[SFTResult, Counter]:
     """Fine-tune the base model on ``agent``'s references into ``out_model`` (prompt style recorded
-    in its config); the per-step losses go to ``loss_path`` (CSV). Resumes from ``state_dir``."""
+    in its config); the per-step losses go to ``loss_path`` (CSV). Resumes from ``state_dir``.
+    ``sft``: the fine-tuning settings (default: ``params.<agent>``, the warmup section's)."""
     from factrl.llm.models import load_model_and_tokenizer
 
     model, tokenizer = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(params.base_model)
     examples, left_out = agent_examples(rows, agent, tokenizer, params)
     if not examples:
         raise ValueError(f"warmup: no {agent} reference fits max_length={params.max_length}; nothing to train on")
-    cfg = getattr(params, agent)
+    cfg = sft if sft is not None else getattr(params, agent)
     digest = fingerprint(cfg, params.base_model, [], {
         "agent": agent, "examples": examples_digest(examples), "seed": params.seed, "precision": params.precision})
     prepare_state_dir(state_dir, digest)

@@ -10,20 +10,30 @@ Three ways to turn these scores into the reward of agent ``a``'s answer at turn 
 - influence-aware: ``(V[t, a] + sum_{t'>t} g^(t'-t) mean_j V[t', j]) / sum_{t'>=t} g^(t'-t)``
 
 (``g`` = gamma, 1 in the paper's runs.) Each function takes the whole ``[T, A]`` score matrix and
-returns the ``[T, A]`` reward matrix.
+returns the ``[T, A]`` reward matrix; :func:`verifier_rewards` applies the guards to every answer
+first and then the shape named in a run's params (:data:`SHAPES`), for any multi-turn run:
+the SC-MAKS debate (``debate.verifier_reward``: turns = the generation phase and the debate rounds,
+agents = the pool) and HARIS's reasoning agent (``train.reasoning.reward: maporl_reasoning``: one
+agent, one final answer, so ``T = A = 1`` and the three shapes coincide; the guards are what
+changes against ``haris_reasoning``). The verifier on claims is the rule one: 1 for the gold
+verdict, 0 otherwise.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 from factrl.rewards.m2r import boxed_spans
-from factrl.rewards.registry import register
+from factrl.rewards.registry import RewardResult, get_reward, register
 
 PENALTY = -10.0
 MIN_TOKENS = 50
+SHAPES = ("maporl_immediate", "maporl_cumulative", "maporl_influence")
+_TRAILING_CLOSE = re.compile(r"(?:\s*</[A-Za-z_]+\s*>)+\s*$")  # the protocol's closing tags end an answer
+_INJECTED = re.compile(r"<result>.*?</result>", re.DOTALL)
 _REPEAT = re.compile(r"(\b\S+(?:\s+\S+){1,4}?)(?:\s+\1){3,}")  # a 2-5 token phrase, 4+ times in a row
 
 
@@ -67,6 +77,7 @@ def influence_aware_reward(verifier, gamma: float = 1.0) -> np.ndarray:
 
 def penalized_score(verifier_score: float, answer: str, *, min_tokens: int = MIN_TOKENS) -> float:
     """The appendix's reward-hacking guards applied to one verifier score (-10 when any fires)."""
+    answer = _TRAILING_CLOSE.sub("", answer)
     spans = boxed_spans(answer)
     if not spans:
         return PENALTY
@@ -78,3 +89,35 @@ def penalized_score(verifier_score: float, answer: str, *, min_tokens: int = MIN
         if not re.fullmatch(r"[\d\s.,]+", m.group(1)):  # numbers may legitimately repeat
             return PENALTY
     return float(verifier_score)
+
+
+def verifier_rewards(shape: str, verifier, answers: Sequence[Sequence[str]] | None = None, *, gamma: float = 1.0,
+                     min_tokens: int = MIN_TOKENS) -> np.ndarray:
+    """``[T, A]`` rewards of a multi-turn run: each verifier score ``V[t, a]`` guarded against reward
+    hacking with its answer ``answers[t][a]`` (:func:`penalized_score`; no guard when ``answers`` is
+    None), then shaped by ``shape`` (one of :data:`SHAPES`; an unknown name is a ValueError naming them)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown verifier reward {shape!r}; expected one of {list(SHAPES)}")
+    v = _scores(verifier)
+    if answers is not None:
+        if len(answers) != v.shape[0] or any(len(row) != v.shape[1] for row in answers):
+            raise ValueError(f"answers must be {v.shape[0]} turns x {v.shape[1]} agents like the verifier scores")
+        v = np.array([[penalized_score(v[t, a], answers[t][a], min_tokens=min_tokens) for a in range(v.shape[1])]
+                      for t in range(v.shape[0])])
+    fn = get_reward(shape)
+    return fn(v) if shape == "maporl_immediate" else fn(v, gamma=gamma)
+
+
+@register("maporl_reasoning")
+def reasoning_verifier_reward(response: str, label: str, *, num_hops: int | None = None,
+                              require_question: bool = False, min_tokens: int = MIN_TOKENS) -> RewardResult:
+    """HARIS's reasoning agent scored the MAPoRL way (same call as ``haris_reasoning``): the rule
+    verifier (1 for the gold verdict in a valid format, else 0) behind the hacking guards, applied to
+    the agent's own text (injected ``<result>`` spans left out)."""
+    from factrl.rewards.haris import reasoning_reward
+
+    base = reasoning_reward(response, label, num_hops=num_hops, require_question=require_question)
+    own = _INJECTED.sub(" ", response)  # the guards judge what the agent wrote, not the reports it read
+    score = penalized_score(base.parts.get("correct", 0.0), own, min_tokens=min_tokens)
+    return RewardResult(score=score, parts={**base.parts, "guarded": float(score == PENALTY)},
+                        format_valid=base.format_valid)

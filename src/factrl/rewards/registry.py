@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from factrl.registry import Registry
+from factrl.registry import Registry, UnknownName
 
 REWARDS: Registry[Callable[..., Any]] = Registry("reward")
 register = REWARDS.register  # decorator: @register("name") adds a reward function (names are unique)
@@ -26,10 +26,16 @@ class RewardResult:
     format_valid: bool = True
 
 
-def get_reward(name: str) -> Callable[..., Any]:
-    """The reward function registered as ``name``; a KeyError listing the known names otherwise."""
+def get_reward(name: str, key: str | None = None) -> Callable[..., Any]:
+    """The reward function registered as ``name``; a KeyError listing the known names otherwise,
+    which names the params ``key`` the name came from when one is given (``m2r.reward``)."""
     _load_builtin()
-    return REWARDS.lookup(name)
+    try:
+        return REWARDS.lookup(name)
+    except UnknownName as exc:
+        if key is None:
+            raise
+        raise UnknownName(f"params {key}: {exc}") from None
 
 
 def _load_builtin() -> None:
