@@ -4,7 +4,8 @@ Every entity gets a name built from consonant-vowel syllables, so no pretrained 
 fact about it: a verifier has to read the passages. Entities are typed (people, cities,
 countries, companies, films, albums, games) and linked by relations (born_in, located_in,
 founded_by, headquartered_in, directed_by, produced_by, soundtrack, recorded_by, developed_by);
-each also carries numeric facts (years, populations, track counts, prices).
+each also carries numeric facts (years, populations, track counts, prices), which
+``numeric_questions`` turns into numeric RAG questions (MARCH's training data).
 
 There is exactly one passage per entity (passage ``w-p{i+1:07d}`` describes entity ``i``), so a
 claim can only cite passages that exist at the chosen scale. Passages are built column-wise with
@@ -436,14 +437,20 @@ def generate_claims(params: WorldParams) -> pa.Table:
     return validate(pa.Table.from_pylist(rows), CLAIMS, "world claims")
 
 
-def _attach_evidence(world: World, rows: list[dict]) -> None:
-    """Fill each claim's evidence with the texts of its supporting passages (built in one go)."""
-    needed = np.unique(np.array([e for r in rows for e in r["_chain"]], dtype=np.int64))
+def entity_passages(world: World, entities) -> dict[int, str]:
+    """The passage text of each entity index in ``entities`` (built in one go per type)."""
+    needed = np.unique(np.asarray(list(entities), dtype=np.int64))
     texts = {}
     for k, t in enumerate(TYPES):
         sel = needed[world.types[needed] == k]
         if len(sel):
             texts.update(zip(sel.tolist(), _passage_texts(world, sel, t).to_pylist()))
+    return texts
+
+
+def _attach_evidence(world: World, rows: list[dict]) -> None:
+    """Fill each claim's evidence with the texts of its supporting passages (built in one go)."""
+    texts = entity_passages(world, [e for r in rows for e in r["_chain"]])
     for r in rows:
         r["evidence"] = [texts[e] for e in r["_chain"]]
 
