@@ -1,0 +1,131 @@
+"""Stage ``train_march``: off by default, a param edit reruns only it, wrong params name their key, and a
+tiny run on a tiny numeric world whose reward rises and whose results file carries wall time and memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from dvc.repo import Repo
+
+from factrl.config import ConfigError, SFTParams, TrainMarchParams, load_section
+from factrl.recipes import march
+from tests.pipeline_repo import edit_params, make_pipeline_repo
+from tests.stages.test_train_dvc import _downstream, _dry, _touch
+
+# --- the DVC graph ------------------------------------------------------------------------------
+
+
+def _committed(repo: Path) -> Path:
+    with Repo(str(repo)) as dvc:
+        for stage in dvc.index.stages:
+            for dep in stage.deps:
+                if dep.fs_path.startswith(str(repo)):
+                    _touch(Path(dep.fs_path))
+            for out in stage.outs:
+                _touch(Path(out.fs_path))
+        dvc.commit(None, force=True)
+        assert dvc.reproduce(dry=True) == []
+    return repo
+
+
+def _stages(repo: Path) -> set[str]:
+    with Repo(str(repo)) as dvc:
+        return {s.addressing for s in dvc.index.stages}
+
+
+def test_train_march_is_off_by_default(repo_root, tmp_path):
+    assert load_section("train_march", repo_root / "params.yaml").seeds == ()
+    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
+    assert not {s for s in _stages(repo) if s.startswith("train_march")}
+
+
+def test_train_march_edit_reruns_only_its_stages(repo_root, tmp_path, monkeypatch):
+    repo = make_pipeline_repo(repo_root, tmp_path / "repo", {"train_march": {"seeds": [0, 1]}})
+    monkeypatch.chdir(repo)
+    assert {"train_march@0", "train_march@1"} <= _stages(repo)
+    _committed(repo)
+    edit_params(repo, {"train_march": {"lr": 2e-5}})
+    changed = _dry(repo)
+    assert sorted(changed) == ["train_march@0", "train_march@1"]
+    assert not _downstream(repo, changed)  # nothing reads MARCH's model yet: nothing else reruns
+    # and no other stage's param edit reaches it
+    edit_params(repo, {"train_march": {"lr": 5e-5}, "train": {"reasoning": {"lr": 2e-6}}})
+    assert not {s for s in _dry(repo) if s.startswith("train_march")}
+
+
+# --- params -------------------------------------------------------------------------------------
+
+
+def _params_file(tmp_path: Path, section: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"train_march": {"seeds": [0], **section}}))
+    return path
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"reward": "march_zt"}, "train_march.reward"),
+    ({"reward": "haris_reasoning"}, "train_march.reward"),  # registered, but it does not score claims
+    ({"train_roles": ["solver", "proposer"]}, "train_march.train_roles"),
+    ({"train_roles": []}, "train_march.train_roles"),
+    ({"checker_samples": 0}, "train_march.checker_samples"),
+    ({"held_out": 64}, "train_march.held_out"),
+])
+def test_a_wrong_name_stops_the_stage_naming_the_key(tmp_path, section, key):
+    params = load_section("train_march", _params_file(tmp_path, section))
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        march.check_params(params, f"{tmp_path / 'params.yaml'}:train_march")
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"backend": "vllm"}, "train_march.backend"),
+    ({"rewrad": "march_ztr"}, "rewrad"),
+    ({"warmup_sft": {"max_step": 3}}, "train_march.warmup_sft"),
+])
+def test_a_wrong_entry_fails_loading_naming_the_key(tmp_path, section, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_section("train_march", _params_file(tmp_path, section))
+
+
+def test_a_seed_without_a_run_is_an_error(tmp_path, monkeypatch):
+    from stages import train_march
+
+    path = _params_file(tmp_path, {})
+    with pytest.raises(ConfigError, match=r"train_march\.seeds: no run with seed '5'"):
+        train_march.main("5", str(path))
+
+
+# --- a tiny run ---------------------------------------------------------------------------------
+
+TINY = TrainMarchParams(
+    seeds=(0,), world_passages=100, num_questions=6, held_out=2, num_documents=1, checker_samples=1,
+    warmup=True, warmup_sft=SFTParams(max_steps=40, lr=3e-3, batch_size=4, warmup_ratio=0.0, checkpoint_every=100),
+    group_size=4, prompts_per_step=2, steps=8, lr=2e-3, kl_coef=0.0, temperature=1.0, micro_batch_size=8,
+    max_new_tokens=48, max_context_tokens=512, precision="fp32", checkpoint_every=4, seed=0,
+)
+
+
+@pytest.mark.slow
+def test_tiny_run_reward_rises_and_results_carry_time_and_memory(tmp_path):
+    from stages.train_march import train_march
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    model = tiny_model(tok, seed=0, init_std=0.02)
+    base = tmp_path / "base"
+    model.save_pretrained(base)
+    tok.save_pretrained(base)
+    params = dataclasses.replace(TINY, base_model=str(base))
+    results = train_march(params, 0, root=tmp_path)
+    written = json.loads((tmp_path / "march" / "results_s0.json").read_text())
+    assert written["wall_seconds"] > 0 and written["peak_rss_mib"] > 0 and written["hardware"]["cpu_capability"]
+    rewards = results["training"]["reward_mean"]
+    half = len(rewards) // 2
+    assert sum(rewards[half:]) / (len(rewards) - half) > sum(rewards[:half]) / half, rewards
+    assert len(results["training"]["proposals_per_answer"]) == params.steps
+    assert set(results["before"]["format_failures"]) == {"solver", "proposer", "checker"}
+    assert (tmp_path / "models" / "march_s0" / "config.json").is_file()
+    assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
