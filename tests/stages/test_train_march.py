@@ -129,3 +129,34 @@ def test_tiny_run_reward_rises_and_results_carry_time_and_memory(tmp_path):
     assert set(results["before"]["format_failures"]) == {"solver", "proposer", "checker"}
     assert (tmp_path / "models" / "march_s0" / "config.json").is_file()
     assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
+
+
+def test_reference_episodes_speak_each_role_protocol_and_end_with_eos():
+    from factrl.agents import march as agent
+    from factrl.agents.rollout import RolloutParams
+    from factrl.recipes.warmup import replay_examples
+    from tests.rl.tiny import tokenizer
+
+    tok = tokenizer()
+    train_rows, held_rows = march.question_rows(march.run_params(TINY, 3))
+    assert len(train_rows) == 4 and len(held_rows) == 2
+    assert not {r["question"] for r in train_rows} & {r["question"] for r in held_rows}
+    refs = march.reference_rows(train_rows, tok.eos_token)
+    assert [r["agent"] for r in refs[:3]] == ["solver", "proposer", "checker"] and len(refs) == 12
+    for k, row in enumerate(train_rows):
+        solver, proposer, checker = (r["turns"][0]["text"].removesuffix(tok.eos_token) for r in refs[3 * k:3 * k + 3])
+        assert agent.answer_number(solver, row["question"]) == row["answer"]
+        assert not agent.unsupported_numbers(solver, [agent.Document(**d) for d in row["documents"]])
+        assert agent.parse_proposals(proposer).pairs == ((row["question"], row["answer"]),)
+        questions = refs[3 * k + 2]["messages"][-1]["content"].split("Questions:\n")[1].splitlines()
+        parsed = agent.parse_checker(checker, len(questions))
+        assert parsed.format_valid and parsed.answers[0] == row["answer"]
+        assert parsed.answers[1:] == ((agent.CANNOT_ANSWER,) if k % 2 else ())
+        # the checker's reference input holds no solver text: the blinded role learns blind
+        assert solver not in refs[3 * k + 2]["messages"][-1]["content"]
+    examples, left_out = replay_examples(refs, tok, lambda r: r["messages"], RolloutParams(max_turns=0),
+                                         stop_tag=march.NO_TOOL)
+    assert len(examples) == 12 and not left_out
+    for e in examples:
+        trained = [t for t in e["labels"] if t != -100]
+        assert trained[-1] == tok.eos_token_id  # each role learns to stop where its reference stops

@@ -45,6 +45,7 @@ from factrl.rewards.registry import REWARDS, RewardResult, get_reward
 
 ROLES_TRAINED = ("solver", "checker")  # the roles with a trajectory to train (the proposer only extracts)
 WHERE = "params.yaml:train_march"
+NO_TOOL = "</no-tool>"  # the roles call no tool: a stop tag no reference turn ends with
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,7 +145,7 @@ def warm_start(model, tokenizer, train_rows: Sequence[dict], p: TrainMarchParams
 
     refs = reference_rows(train_rows, tokenizer.eos_token or "")
     params = RolloutParams(max_turns=0, max_context_tokens=p.max_context_tokens)
-    examples, left_out = replay_examples(refs, tokenizer, lambda row: row["messages"], params, stop_tag="")
+    examples, left_out = replay_examples(refs, tokenizer, lambda row: row["messages"], params, stop_tag=NO_TOOL)
     if not examples:
         raise ValueError(f"train_march: no reference fits max_context_tokens={p.max_context_tokens}")
     digest = fingerprint(p.warmup_sft, p.base_model, [], {"examples": examples_digest(examples), "seed": p.seed,
