@@ -34,6 +34,11 @@ def _touch(p: Path) -> None:
 def committed_repo(tmp_path, repo_root, monkeypatch):
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
     monkeypatch.chdir(repo)
+    return commit_stand_ins(repo)
+
+
+def commit_stand_ins(repo: Path) -> Path:
+    """Stand-in files for every stage's deps and outs, recorded with ``dvc commit``: up to date."""
     with Repo(str(repo)) as dvc:
         for stage in dvc.index.stages:
             for dep in stage.deps:

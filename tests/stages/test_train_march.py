@@ -15,22 +15,9 @@ from dvc.repo import Repo
 from factrl.config import ConfigError, SFTParams, TrainMarchParams, load_section
 from factrl.recipes import march
 from tests.pipeline_repo import edit_params, make_pipeline_repo
-from tests.stages.test_train_dvc import _downstream, _dry, _touch
+from tests.stages.test_train_dvc import _downstream, _dry, commit_stand_ins
 
 # --- the DVC graph ------------------------------------------------------------------------------
-
-
-def _committed(repo: Path) -> Path:
-    with Repo(str(repo)) as dvc:
-        for stage in dvc.index.stages:
-            for dep in stage.deps:
-                if dep.fs_path.startswith(str(repo)):
-                    _touch(Path(dep.fs_path))
-            for out in stage.outs:
-                _touch(Path(out.fs_path))
-        dvc.commit(None, force=True)
-        assert dvc.reproduce(dry=True) == []
-    return repo
 
 
 def _stages(repo: Path) -> set[str]:
@@ -48,7 +35,7 @@ def test_train_march_edit_reruns_only_its_stages(repo_root, tmp_path, monkeypatc
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {"train_march": {"seeds": [0, 1]}})
     monkeypatch.chdir(repo)
     assert {"train_march@0", "train_march@1"} <= _stages(repo)
-    _committed(repo)
+    commit_stand_ins(repo)
     edit_params(repo, {"train_march": {"lr": 2e-5}})
     changed = _dry(repo)
     assert sorted(changed) == ["train_march@0", "train_march@1"]
@@ -132,7 +119,7 @@ def test_tiny_run_end_to_end_records_curves_failures_time_and_memory(tmp_path):
     assert len(results["training"]["reward_mean"]) == len(results["training"]["proposals_per_answer"]) == params.steps
     # malformed output is counted by role, never a crash
     assert set(results["before"]["format_failures"]) == {"solver", "proposer", "checker"}
-    assert sum(results["training"]["format_failures"].values()) + results["training"]["format_valid_rate"][0] > 0
+    assert sum(results["training"]["format_failures"].values()) > 0  # this random model writes no valid role
     assert (tmp_path / "models" / "march_s0" / "config.json").is_file()
     assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
 
