@@ -1095,6 +1095,65 @@ class M2RParams(AgentTrainParams):
     sft: SFTParams = field(default_factory=SFTParams)
 
 
+# --------------------------------------------------------------------------------------------
+# train_march: MARCH's solver / proposer / blinded checker, trained jointly (issue 20)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainMarchParams(GRPOParams):
+    """Stage ``train_march@<seed>``: one policy plays MARCH's solver, proposer and blinded checker on
+    numeric RAG questions of a demo world, and trains on the solver's and the checker's trajectories
+    jointly (``factrl.recipes.march``). Every :class:`GRPOParams` field, flat (``dvc exp run -S
+    train_march.lr=2e-5`` edits one key). The paper trains with PPO and GAE (a learned value head);
+    the local trainer uses GRPO instead: each role's trajectories of a question form a group whose
+    mean reward is the baseline, so no critic is trained (the paper's critic lr has no counterpart).
+    GRPO's advantages do not move when every reward shifts by a constant, so ZTR's penalty form
+    (-1 / 0) and its incentive form (0 / 1) train identically here.
+
+    seeds: one run (DVC stage ``train_march@<seed>``) per seed; that seed replaces ``seed`` for the
+        run's question split, warm start, sampling and prompt order. Empty (the default) = the stage
+        is off, so ``make demo`` does not run it. The whole section is the stages' params
+        dependency, so editing the list reruns every seed's stage.
+    base_model: the policy the run starts from (an embedded name, HF directory or hub id).
+    backend: where the policy trains: ``local`` (``factrl.rl.trainer``, one device).
+    reward: the registered reward (``factrl.rewards``) scoring an episode from the solver's claims and
+        the checker's votes: ``march_ztr`` (zero tolerance: every claim must hold) or ``march_err``
+        (minus the share of failed claims). Any reward taking ``(solver, checker)`` works; another
+        name stops the stage with an error naming this key.
+    train_roles: the roles whose trajectories are trained: ``[solver, checker]`` (the paper's joint
+        training) or ``[solver]`` (its solver-only ablation). The proposer is never trained.
+    checker_samples: checker samples per audited answer (k); a claim fails when the sum of their
+        +1 (agrees with the solver's number) / -1 (anything else) votes is below 0.
+    checker_temperature: the checker's sampling temperature in training (null = ``temperature``).
+    world_seed / world_passages: the demo world the questions are asked about (its own, small).
+    num_questions: numeric questions drawn (years, counts, prices of the world's entities).
+    held_out: of those, questions kept apart for the before / after evaluation (never trained on).
+    num_documents: documents given with each question: the answer's passage and same-type distractors.
+    max_context_tokens: prompt + response token cap of every role's turn.
+    warmup: fine-tune the base model first on reference episodes of all three roles, built from the
+        world's numeric facts (``factrl.recipes.march.reference_rows``), through the warm start's one
+        mechanism (replay, loss mask, ``factrl.rl.sft``); a 135M model does not find the protocol alone.
+    warmup_sft: that fine-tuning (see :class:`SFTParams`).
+    """
+
+    seeds: tuple[int, ...] = ()
+    base_model: str = "smollm2-135m"
+    backend: Literal["local"] = "local"
+    reward: str = "march_ztr"
+    train_roles: tuple[str, ...] = ("solver", "checker")
+    checker_samples: int = 3
+    checker_temperature: float | None = None
+    world_seed: int = 13
+    world_passages: int = 300
+    num_questions: int = 64
+    held_out: int = 16
+    num_documents: int = 3
+    max_context_tokens: int = 1024
+    warmup: bool = True
+    warmup_sft: SFTParams = field(default_factory=lambda: SFTParams(max_steps=12, lr=1e-4, batch_size=8))
+
+
 SECTIONS: dict[str, type] = {
     "prepare": PrepareParams,
     "index": IndexParams,
@@ -1107,6 +1166,7 @@ SECTIONS: dict[str, type] = {
     "evaluate": EvaluateParams,
     "train": TrainParams,
     "debate": DebateParams,
+    "train_march": TrainMarchParams,
     "fit_consensus": FitConsensusParams,
     "m2r": M2RParams,
     "m2r_stages": M2RStagesParams,

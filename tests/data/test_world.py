@@ -131,3 +131,23 @@ def test_batches_stream_in_order():
 def test_relation_paths_cover_all_hop_counts():
     for h in (2, 3, 4):
         assert w.relation_paths(h)
+
+
+def test_numeric_questions_ask_numbers_their_passage_states(world):
+    from factrl.text import extract_numbers
+
+    rows = w.numeric_questions(PARAMS, 120, num_documents=3, seed=1)
+    assert len({r["id"] for r in rows}) == 120 and len({r["question"] for r in rows}) == 120
+    assert {f.key for f in w.NUMERIC_FACTS} == {"year", "population", "tracks", "price", "minutes"}
+    for r in rows:
+        name = world.name(r["entity"])
+        assert name in r["question"] and len(r["documents"]) == 3
+        [own] = [d for d in r["documents"] if d["title"] == name]
+        assert r["answer"] in extract_numbers(own["text"]), (r["question"], own["text"])
+        assert extract_numbers(r["statement"]) == [r["answer"]]
+        # the distractors are other entities of the same type
+        assert {world.type_of(world.names.to_pylist().index(d["title"])) for d in r["documents"]} == \
+            {world.type_of(r["entity"])}
+    assert w.numeric_questions(PARAMS, 120, num_documents=3, seed=1) == rows
+    assert w.numeric_questions(PARAMS, 120, num_documents=3, seed=2) != rows
+

@@ -38,3 +38,30 @@ def test_checker_majority_decides_not_any_sample():
 def test_length_mismatch_is_an_error():
     with pytest.raises(ValueError, match="2 solver answers but 1 checker"):
         zero_tolerance_reward(["a", "b"], ["a"])
+
+
+def test_checker_votes_sum_below_zero_fails_the_claim():
+    # +1 per agreeing sample, -1 per other one; a tie (sum 0) passes, a sum below 0 fails
+    assert claim_agreements(["89"], [["89", "90"]]) == [True]
+    assert claim_agreements(["89"], [["89", "90", "91"]]) == [False]  # majority-answer would pick "89" (first seen)
+    assert claim_agreements(["89"], [["89", "89", "cannot answer", "90"]]) == [True]
+    assert claim_agreements(["89"], [["cannot answer", None, "89"]]) == [False]  # unparsed samples vote -1 too
+    assert claim_agreements(["89"], [[]]) == [False]  # nothing backs an unaudited claim
+
+
+def test_numbers_match_whatever_their_spelling():
+    assert claim_agreements(["1200", "45", "12000"], ["1,200", "$45", "twelve thousand"]) == [True, True, True]
+    assert claim_agreements(["1200"], ["120"]) == [False]
+    assert claim_agreements(["Paris"], ["paris."]) == [True]  # no number on either side: text match
+
+
+def test_ztr_and_err_on_crafted_episodes():
+    solver = ["1987", "12", "45"]
+    checker = [["1987", "1987", "1987"], ["12", "13", "12"], ["cannot answer", "44", "45"]]
+    assert zero_tolerance_reward(solver, checker).score == 0.0  # the third claim fails its vote
+    assert zero_tolerance_reward(solver, checker, penalty=True).score == -1.0
+    assert error_rate_reward(solver, checker).score == pytest.approx(-1 / 3)
+    assert error_rate_reward(solver, checker).parts == {"n_claims": 3.0, "n_err": 1.0}
+    assert zero_tolerance_reward(solver[:2], checker[:2]).score == 1.0
+    assert zero_tolerance_reward([], []).score == 1.0 and error_rate_reward([], []).score == 0.0  # nothing claimed
+    assert zero_tolerance_reward([""], [[]]).score == 0.0  # a malformed episode: one unverifiable claim

@@ -314,3 +314,16 @@ def test_draws_are_functions_of_seed_step_and_draw():
     assert not {1, 2} & set(draw_prompts(10, 8, 1, 4, 1, {1, 2}))
     short = draw_prompts(3, 5, 0, 0, 1)  # fewer prompts than a draw needs: each once, then again
     assert len(short) == 5 and set(short[:3]) == {0, 1, 2} and short[3:] == short[:2]
+
+
+def test_joint_parts_train_each_role_in_its_own_group():
+    from types import SimpleNamespace
+
+    from factrl.rl.trainer import joint_parts
+
+    plain = SimpleNamespace(name="plain")
+    episode = SimpleNamespace(parts=[("solver", "y"), ("checker", "lambda")])
+    trajs, scores, groups = joint_parts([plain, episode, episode], [0.5, 1.0, 0.0], [0, 1, 1])
+    assert trajs == [plain, "y", "lambda", "y", "lambda"]
+    assert scores == [0.5, 1.0, 1.0, 0.0, 0.0]
+    assert groups == [0, (1, "solver"), (1, "checker"), (1, "solver"), (1, "checker")]

@@ -4,7 +4,8 @@ Every entity gets a name built from consonant-vowel syllables, so no pretrained 
 fact about it: a verifier has to read the passages. Entities are typed (people, cities,
 countries, companies, films, albums, games) and linked by relations (born_in, located_in,
 founded_by, headquartered_in, directed_by, produced_by, soundtrack, recorded_by, developed_by);
-each also carries numeric facts (years, populations, track counts, prices).
+each also carries numeric facts (years, populations, track counts, prices), which
+``numeric_questions`` turns into numeric RAG questions (MARCH's training data).
 
 There is exactly one passage per entity (passage ``w-p{i+1:07d}`` describes entity ``i``), so a
 claim can only cite passages that exist at the chosen scale. Passages are built column-wise with
@@ -307,6 +308,78 @@ def iter_passage_batches(params: WorldParams, batch_size: int = 100_000) -> Iter
         yield _passage_batch(world, start, min(start + batch_size, len(world)))
 
 
+# --- numeric facts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NumericFact:
+    """A number a passage of type ``type`` states (``numbers[key]``), as a question and an answer.
+
+    extra: the number is in the optional extra sentence (stated only where ``flags`` is set).
+    question: a self-contained question about ``{x}`` whose only answer is the number.
+    statement: a one-sentence answer stating the number ``{n}`` about ``{x}``.
+    """
+
+    type: str
+    key: str
+    extra: bool
+    question: str
+    statement: str
+
+
+# Each is read off the passage templates above (``_passage_texts``); a test checks that every
+# question's number is in its entity's passage. Country populations are left out: the passage
+# says "roughly N thousand inhabitants" with N already in people, an ambiguous number to ask for.
+NUMERIC_FACTS = (
+    NumericFact("person", "year", False, "In which year was {x} born?", "{x} was born in {n}."),
+    NumericFact("city", "population", True, "How many people live in {x}?", "About {n} people live in {x}."),
+    NumericFact("country", "year", True, "In which year did {x} adopt its present constitution?",
+                "{x} adopted its present constitution in {n}."),
+    NumericFact("company", "year", False, "In which year was {x} founded?", "{x} was founded in {n}."),
+    NumericFact("company", "tracks", True, "How many product lines does the catalogue of {x} list?",
+                "The catalogue of {x} lists {n} product lines."),
+    NumericFact("film", "year", False, "In which year was the film {x} released?", "{x} is a film from {n}."),
+    NumericFact("film", "minutes", True, "For how many minutes does the film {x} run?", "{x} runs for {n} minutes."),
+    NumericFact("album", "year", False, "In which year was the album {x} released?", "{x} was released in {n}."),
+    NumericFact("album", "tracks", True, "How many tracks does the album {x} have?", "{x} has {n} tracks."),
+    NumericFact("game", "year", False, "In which year was the video game {x} released?", "{x} was released in {n}."),
+    NumericFact("game", "price", True, "How many dollars did {x} cost at launch?", "{x} cost {n} dollars at launch."),
+)
+
+
+def numeric_questions(params: WorldParams, num_questions: int, num_documents: int = 3, seed: int = 0) -> list[dict]:
+    """``num_questions`` numeric RAG questions about the world of ``params`` (MARCH's training data).
+
+    Each row: ``id``, ``question``, ``answer`` (the number, a string), ``statement`` (a reference
+    answer sentence), ``entity`` (its index) and ``documents`` (``[{title, text}]``): the entity's own
+    passage and ``num_documents - 1`` passages of other entities of the same type (which state the
+    same kind of number, so a reader has to pick the right one), in a seeded order. Questions are
+    drawn without repeating a (fact, entity) pair, from their own random stream, so the world's
+    passages and claims are untouched.
+    """
+    if num_documents < 1:
+        raise ValueError(f"num_documents must be >= 1, got {num_documents}")
+    world = build_world(params)
+    rng = np.random.default_rng([params.seed, 2, seed])
+    candidates = [(f, int(i)) for f in NUMERIC_FACTS for i in world.by_type[f.type]
+                  if not f.extra or world.flags[i]]
+    if num_questions > len(candidates):
+        raise ValueError(f"the world has {len(candidates)} numeric facts, fewer than num_questions={num_questions}")
+    picked = [candidates[k] for k in rng.choice(len(candidates), size=num_questions, replace=False)]
+    docs_of = []
+    for fact, i in picked:
+        others = [int(j) for j in rng.permutation(world.by_type[fact.type])[:num_documents] if int(j) != i]
+        docs_of.append([int(d) for d in rng.permutation([i] + others[:num_documents - 1])])
+    texts = entity_passages(world, [d for ds in docs_of for d in ds])
+    rows = []
+    for k, ((fact, i), docs) in enumerate(zip(picked, docs_of)):
+        name, value = world.name(i), str(int(world.numbers[fact.key][i]))
+        rows.append({"id": f"w-n{k + 1:05d}", "question": fact.question.format(x=name), "answer": value,
+                     "statement": fact.statement.format(x=name, n=value), "entity": i,
+                     "documents": [{"title": world.name(d), "text": texts[d]} for d in docs]})
+    return rows
+
+
 # --- claims -----------------------------------------------------------------------------------
 
 
@@ -436,14 +509,20 @@ def generate_claims(params: WorldParams) -> pa.Table:
     return validate(pa.Table.from_pylist(rows), CLAIMS, "world claims")
 
 
-def _attach_evidence(world: World, rows: list[dict]) -> None:
-    """Fill each claim's evidence with the texts of its supporting passages (built in one go)."""
-    needed = np.unique(np.array([e for r in rows for e in r["_chain"]], dtype=np.int64))
+def entity_passages(world: World, entities) -> dict[int, str]:
+    """The passage text of each entity index in ``entities`` (built in one go per type)."""
+    needed = np.unique(np.asarray(list(entities), dtype=np.int64))
     texts = {}
     for k, t in enumerate(TYPES):
         sel = needed[world.types[needed] == k]
         if len(sel):
             texts.update(zip(sel.tolist(), _passage_texts(world, sel, t).to_pylist()))
+    return texts
+
+
+def _attach_evidence(world: World, rows: list[dict]) -> None:
+    """Fill each claim's evidence with the texts of its supporting passages (built in one go)."""
+    texts = entity_passages(world, [e for r in rows for e in r["_chain"]])
     for r in rows:
         r["evidence"] = [texts[e] for e in r["_chain"]]
 

@@ -40,7 +40,8 @@ from factrl.rewards.registry import get_reward
 
 FINGERPRINT_FILE = "fingerprint.json"
 METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
-PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning", "m2r": "m2r"}  # agent -> its params section
+PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning", "m2r": "m2r",  # agent -> its params section
+               "march": "train_march"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,14 +107,23 @@ def agent_examples(rows: Sequence[dict], agent: str, tokenizer, params: WarmupPa
     each row's replayed trajectory under the warmed prompt style), and the rows left out by reason
     (``too_long``: beyond ``max_length`` tokens)."""
     messages, rollout_params, stop_tag, result_tags = _agent_setup(agent, params.prompt, params)
+    return replay_examples([r for r in rows if r["agent"] == agent], tokenizer, lambda row: messages(row["prompt"]),
+                           rollout_params, stop_tag, result_tags)
+
+
+def replay_examples(rows: Sequence[dict], tokenizer, messages_of: Callable[[dict], list], rollout_params,
+                    stop_tag, result_tags=None) -> tuple[list[dict], Counter]:
+    """Fine-tuning examples of reference rows (``id``, ``turns``), each replayed through the rollout
+    loop (:func:`factrl.agents.rollout.replay`) from the prompt ``messages_of(row)``, so its ids and
+    loss mask are a rollout's; rows beyond ``rollout_params.max_context_tokens`` are left out
+    (counted as ``too_long``). Every method's warm start goes through here (HARIS's and M2R's agents
+    above, MARCH's roles in ``factrl.recipes.march``)."""
     examples: list[dict] = []
     left_out: Counter = Counter()
     for row in rows:
-        if row["agent"] != agent:
-            continue
         turns = [(t["role"], t["text"]) for t in row["turns"]]
         try:
-            traj = replay(tokenizer, encode_chat(tokenizer, messages(row["prompt"])), turns, rollout_params, stop_tag,
+            traj = replay(tokenizer, encode_chat(tokenizer, messages_of(row)), turns, rollout_params, stop_tag,
                           result_tags)
         except ValueError as exc:
             if "max_context_tokens" not in str(exc):

@@ -6,6 +6,13 @@ consensus ``a_hat_i``. ZTR succeeds only if every ``a_i`` matches its ``a_hat_i`
 mismatch fails the whole trajectory. The paper's main scalar is penalty-based (0 / -1); its ablation
 also reports the incentive-based 0 / 1 form, which is the default here so rewards stay in [0, 1] like
 the other registered rewards (``penalty=True`` gives 0 / -1). ERR is the proportional variant.
+
+The Checker's k samples vote on each claim (MARCH's rule): +1 for a sample whose answer equals
+``a_i``, -1 for any other answer (a different number, "cannot answer", nothing parsable); the claim
+fails when the votes sum below 0 (ties pass). Answers that state a number are compared as numbers
+(``factrl.text.normalize_number``: ``1,200`` = ``1200`` = ``1.2 thousand``), anything else
+after text normalisation. Every claim-consistency reward here takes ``(solver, checker)``, so
+training code picks one by name without knowing which.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from factrl.rewards.registry import RewardResult, register
-from factrl.text import normalize_answer
+from factrl.text import normalize_answer, normalize_number
 
 
 def majority_answer(samples: Sequence[str]) -> str | None:
@@ -27,15 +34,32 @@ def majority_answer(samples: Sequence[str]) -> str | None:
     return next(a for a in normed if counts[a] == best)
 
 
+def same_answer(a: str | None, b: str | None) -> bool:
+    """Do two answers agree? As numbers when both state exactly one, else as normalised text; an
+    answer that normalises to nothing (``""``, ``"the"``) agrees with nothing."""
+    if a is None or b is None:
+        return False
+    x, y = normalize_number(a), normalize_number(b)
+    if x is not None and y is not None:
+        return x == y
+    x, y = normalize_answer(a), normalize_answer(b)
+    return bool(x) and x == y
+
+
+def vote_sum(answer: str | None, samples: Sequence[str | None]) -> int:
+    """MARCH's checker vote on one claim: +1 per sample agreeing with ``answer``, -1 per other sample."""
+    return sum(1 if same_answer(answer, s) else -1 for s in samples)
+
+
 def claim_agreements(solver: Sequence[str], checker: Sequence[str | Sequence[str]]) -> list[bool]:
-    """Per claim: does the Solver's answer equal the Checker's (majority) answer after normalisation?"""
+    """Per claim: do the Checker's samples (one string or a list of k) back the Solver's answer, i.e.
+    is their vote sum at least 0? A claim with no sample at all fails (nothing backs it)."""
     if len(solver) != len(checker):
         raise ValueError(f"{len(solver)} solver answers but {len(checker)} checker answers")
     out = []
     for a, checks in zip(solver, checker):
-        consensus = majority_answer([checks] if isinstance(checks, str) else list(checks))
-        # an answer that normalises to nothing ("the", "") cannot match anything
-        out.append(bool(consensus) and normalize_answer(a or "") == consensus)
+        samples = [checks] if isinstance(checks, str) or checks is None else list(checks)
+        out.append(bool(samples) and vote_sum(a, samples) >= 0)
     return out
 
 

@@ -12,10 +12,12 @@ rollout function, score them with a reward function, step, log a metrics row, ch
 ``checkpoint_every`` steps. With ``dynamic_sampling`` (DAPO; verl's ``algorithm.filter_groups``) a
 step drops the groups whose rewards are all equal and draws more prompts until it has
 ``prompts_per_step`` groups with signal or ``max_sampling_draws`` draws were made
-(:func:`sample_step`). A killed run restarted on the same ``out_dir`` resumes from the newest
-checkpoint and produces the same weights and metrics as an uninterrupted run: every draw's prompt
-choice and sampling seed are functions of ``(seed, step, draw)`` alone, and the checkpoint holds the
-weights, optimizer, scheduler, RNG states and the metrics rows so far.
+(:func:`sample_step`). A rollout may train as several trajectories (``parts``, e.g. MARCH's solver
+and checker), each role in its own group per prompt (:func:`joint_parts`). A killed run restarted
+on the same ``out_dir`` resumes from the newest checkpoint and produces the same weights and metrics
+as an uninterrupted run: every draw's prompt choice and sampling seed are functions of
+``(seed, step, draw)`` alone, and the checkpoint holds the weights, optimizer, scheduler, RNG states
+and the metrics rows so far.
 
 Trajectories are :class:`factrl.agents.rollout.Trajectory` (any object with ``prompt_ids``,
 ``response_ids``, ``loss_mask`` and optionally ``num_tool_calls`` works). Tokens with loss mask 0
@@ -518,6 +520,26 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
     return batch
 
 
+def joint_parts(trajectories: Sequence[Any], scores: Sequence[float], group_ids: Sequence
+                ) -> tuple[list, list[float], list]:
+    """Expand rollouts that train as several trajectories into those trajectories.
+
+    A rollout with ``parts`` (``[(role, trajectory)]``; MARCH's episode: the solver's answer and the
+    checker's audit) is replaced by each part, with the rollout's reward and the group id
+    ``(group id, role)``: every role's trajectories of one prompt form their own GRPO group, so their
+    advantages are estimated apart (MARCH eq. 8) while one update trains them jointly. Any other
+    trajectory passes through unchanged. Returns ``(trajectories, scores, group_ids)``.
+    """
+    out_t, out_s, out_g = [], [], []
+    for t, score, gid in zip(trajectories, scores, group_ids):
+        parts = getattr(t, "parts", None)
+        for role, part in parts if parts is not None else [(None, t)]:
+            out_t.append(part)
+            out_s.append(score)
+            out_g.append(gid if role is None else (gid, role))
+    return out_t, out_s, out_g
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (sampling in rollouts uses torch's global generator)."""
     random.seed(seed)
@@ -595,8 +617,9 @@ def train(
         batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
         t2 = time.perf_counter()
         if batch.kept:
-            metrics = trainer.step([batch.trajectories[i] for i in batch.kept], [batch.scores[i] for i in batch.kept],
-                                   [batch.group_ids[i] for i in batch.kept])
+            metrics = trainer.step(*joint_parts([batch.trajectories[i] for i in batch.kept],
+                                                [batch.scores[i] for i in batch.kept],
+                                                [batch.group_ids[i] for i in batch.kept]))
         else:  # every drawn group was uniform: nothing to learn from, the row still records the step
             metrics = {"updates": float(trainer.updates), "lr": trainer.scheduler.get_last_lr()[0]}
         t3 = time.perf_counter()

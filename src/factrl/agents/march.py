@@ -1,0 +1,342 @@
+"""MARCH's three roles (solver, proposer, blinded checker), played by one policy through the shared agent loops.
+
+MARCH (multi-agent reinforced check for hallucination) answers a question from retrieved documents
+and audits every number of the answer with an information asymmetry::
+
+    solver   (question, documents)            -> free-text answer y
+    proposer (y only)                         -> "- Question: ... [Answer: n]" pairs (q_i, a_i)
+    checker  (documents, q_1..q_n only; k x)  -> "[Answer: n]" or "[Answer: Cannot answer]" per question
+
+The checker is blind by construction: :func:`checker_messages` takes the documents and the
+questions and nothing else, and :func:`run_march` builds its input from ``item.documents`` and the
+proposer's parsed questions only, so neither y nor any a_i can reach it. Each pair is then judged by
+MARCH's vote over the k checker samples (``factrl.rewards.march``: +1 per sample whose answer equals
+a_i, -1 otherwise; the pair fails when the sum is below 0), and the reward chosen by name (ZTR or ERR)
+scores the episode.
+
+Every role runs as agent loops (:func:`factrl.agents.rollout.run_rollouts`, no tools: one turn each),
+one phase at a time over all episodes, so every phase is one batched pass over the engine. Parsers
+never raise: malformed output is a recorded format failure (``format_errors`` of the episode), which
+the reward scores as one claim that cannot be verified.
+
+Numbers are compared after :func:`normalize_number`: separators (``1,200``), units and currency
+(``$45``, ``45 dollars``, ``450 people``, ``45%``), magnitude words (``12 thousand``, ``1.5 million``,
+``12k``) and written numbers (``forty-five``, ``two thousand and five``) all reduce to one canonical
+string (``"1200"``, ``"45"``, ``"12000"``, ``"2005"``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from factrl.agents.rollout import RolloutParams, Trajectory, run_rollouts
+from factrl.agents.tools import format_hits
+from factrl.llm.base import Message
+from factrl.text import extract_numbers, normalize_number
+
+CANNOT_ANSWER = "cannot answer"  # the checker's answer when the documents do not hold the number
+ROLES = ("solver", "proposer", "checker")
+
+# --------------------------------------------------------------------------------------------
+# prompts (the paper's protocol in our own words)
+# --------------------------------------------------------------------------------------------
+
+SOLVER_SYSTEM = """\
+Answer the question using only the documents below. Do not add anything the documents do not say. \
+Answer in one short sentence that states the number asked for."""
+
+PROPOSER_SYSTEM = """\
+You turn an answer into checkable questions. For every number stated in the answer, write one \
+question whose only correct answer is that number; give the question enough names and context to be \
+unambiguous on its own. The answer to each question is a plain number: no units, no percent signs, \
+no words. Write one line per number, exactly as:
+- Question: <question> [Answer: <number>]
+Write nothing else. If the answer states no number, write: None"""
+
+CHECKER_SYSTEM = """\
+Answer each question from the documents alone; never guess and never use outside knowledge. For \
+each question write its number, the sentence of the documents that answers it, then the answer as a \
+plain number in brackets. When the documents do not give the number, write [Answer: Cannot answer]. \
+Use exactly this layout:
+1. Evidence: <sentence from the documents>
+[Answer: <number>]"""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One retrieved document as the roles read it (``format_hits`` numbers them: ``Doc 1 (title) text``)."""
+
+    title: str
+    text: str
+
+
+def documents_block(documents: Sequence[Document]) -> str:
+    return format_hits(list(documents))
+
+
+def solver_messages(question: str, documents: Sequence[Document]) -> list[Message]:
+    return [{"role": "system", "content": SOLVER_SYSTEM},
+            {"role": "user", "content": f"Documents:\n{documents_block(documents)}\n\nQuestion: {question}"}]
+
+
+def proposer_messages(response: str) -> list[Message]:
+    """The proposer sees the solver's answer and nothing else (the paper's nu_propose(. | y))."""
+    return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": f"Answer: {response}"}]
+
+
+def checker_messages(documents: Sequence[Document], questions: Sequence[str]) -> list[Message]:
+    """The blinded checker's input: the documents and the proposer's questions, nothing else."""
+    listed = "\n".join(f"{i}. {q}" for i, q in enumerate(questions, 1))
+    return [{"role": "system", "content": CHECKER_SYSTEM},
+            {"role": "user", "content": f"Documents:\n{documents_block(documents)}\n\nQuestions:\n{listed}"}]
+
+
+def proposer_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """What a proposer writes for ``pairs`` (the warm start's reference; the parser's inverse)."""
+    return "\n".join(f"- Question: {q} [Answer: {a}]" for q, a in pairs) if pairs else "None"
+
+
+def checker_text(evidence_answers: Sequence[tuple[str, str]]) -> str:
+    """What a checker writes for ``(evidence, answer)`` per question (``answer`` a number or
+    :data:`CANNOT_ANSWER`)."""
+    return "\n".join(f"{i}. Evidence: {e}\n[Answer: {'Cannot answer' if a == CANNOT_ANSWER else a}]"
+                     for i, (e, a) in enumerate(evidence_answers, 1))
+
+
+# --------------------------------------------------------------------------------------------
+# parsers (never raise)
+# --------------------------------------------------------------------------------------------
+
+_PAIR = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])?\s*Question\s*:\s*(?P<q>.+?)\s*\[\s*Answer\s*:\s*(?P<a>[^\]]*)\]\s*$",
+                   re.IGNORECASE)
+_ANSWER = re.compile(r"\[\s*Answer\s*:\s*([^\]\n]*)\]", re.IGNORECASE)
+_NONE = re.compile(r"^\s*(?:none|no numbers?)\.?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ProposalParse:
+    """The proposer's pairs ``(question, canonical number)``; ``error`` is the first format violation."""
+
+    pairs: tuple[tuple[str, str], ...]
+    format_valid: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CheckerParse:
+    """One checker sample's answer per question: a canonical number, :data:`CANNOT_ANSWER`, or None
+    (missing or not a number); ``error`` is the first format violation."""
+
+    answers: tuple[str | None, ...]
+    format_valid: bool
+    error: str | None
+
+
+def parse_proposals(text: str) -> ProposalParse:
+    """Pairs of a proposer response. Valid: every non-blank line a ``Question: ... [Answer: n]`` whose
+    answer is one number, or the whole response ``None`` (no number to check); anything else is
+    invalid and keeps the well-formed pairs it has."""
+    try:
+        if not isinstance(text, str) or not text.strip():
+            return ProposalParse((), False, "empty response")
+        if _NONE.match(text):
+            return ProposalParse((), True, None)
+        pairs, error = [], None
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            m = _PAIR.match(line)
+            number = normalize_number(m.group("a")) if m else None
+            if m is None:
+                error = error or f"line {i}: not a 'Question: ... [Answer: n]' pair"
+            elif number is None:
+                error = error or f"line {i}: answer {m.group('a').strip()!r} is not one number"
+            else:
+                pairs.append((m.group("q").strip(), number))
+        return ProposalParse(tuple(pairs), error is None, error)
+    except Exception as exc:  # a parser must never take a rollout down
+        return ProposalParse((), False, f"parser error: {exc!r}")
+
+
+def parse_checker(text: str, num_questions: int) -> CheckerParse:
+    """One checker sample's answers to ``num_questions`` questions, in order of its ``[Answer: ...]``
+    brackets. Valid: exactly one bracket per question, each a number or ``Cannot answer``."""
+    try:
+        found = _ANSWER.findall(text if isinstance(text, str) else "")
+        answers: list[str | None] = []
+        error = None
+        for i, raw in enumerate(found[:num_questions], 1):
+            if re.fullmatch(r"\s*cannot\s+answer\.?\s*", raw, re.IGNORECASE):
+                answers.append(CANNOT_ANSWER)
+                continue
+            number = normalize_number(raw)
+            answers.append(number)
+            if number is None:
+                error = error or f"answer {i}: {raw.strip()!r} is neither a number nor 'Cannot answer'"
+        if len(found) != num_questions:
+            error = error or f"{len(found)} answers for {num_questions} questions"
+        answers += [None] * (num_questions - len(answers))
+        return CheckerParse(tuple(answers), error is None, error)
+    except Exception as exc:
+        return CheckerParse((None,) * num_questions, False, f"parser error: {exc!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# episodes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarchItem:
+    """One numeric RAG question: its documents and (for evaluation only; no role ever sees it) the gold number."""
+
+    id: str
+    question: str
+    documents: tuple[Document, ...]
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class MarchParams:
+    """How the roles run: one :class:`RolloutParams` each (no tools: one turn) and the checker's samples."""
+
+    solver: RolloutParams
+    proposer: RolloutParams
+    checker: RolloutParams
+    checker_samples: int = 3
+
+    def __post_init__(self) -> None:
+        if self.checker_samples < 1:
+            raise ValueError(f"checker_samples must be >= 1, got {self.checker_samples}")
+
+
+def default_march_params(*, max_new_tokens: int = 64, max_context_tokens: int = 2048, temperature: float = 0.0,
+                         checker_temperature: float | None = None, checker_samples: int = 3) -> MarchParams:
+    one_turn = {"max_turns": 0, "max_context_tokens": max_context_tokens}
+    return MarchParams(
+        solver=RolloutParams(max_new_tokens=max_new_tokens, temperature=temperature, **one_turn),
+        proposer=RolloutParams(max_new_tokens=2 * max_new_tokens, temperature=0.0, **one_turn),
+        checker=RolloutParams(max_new_tokens=2 * max_new_tokens, **one_turn,
+                              temperature=temperature if checker_temperature is None else checker_temperature),
+        checker_samples=checker_samples)
+
+
+@dataclass
+class MarchEpisode:
+    """One solver answer audited: the proposer's pairs, the k checker samples and what failed to parse.
+
+    ``parts`` are the trajectories the policy trains on (solver, then checker sample 0), each in its
+    own GRPO group per prompt (``factrl.rl.trainer``); the proposer only extracts claims and is not
+    trained (as in the paper).
+    """
+
+    item: MarchItem
+    solver: Trajectory
+    proposer: Trajectory | None
+    checkers: list[Trajectory]
+    proposals: ProposalParse
+    checks: list[CheckerParse]
+    format_errors: dict[str, str] = field(default_factory=dict)  # role -> first violation
+    train_roles: tuple[str, ...] = ("solver", "checker")
+
+    @property
+    def response(self) -> str:
+        return self.solver.response_text
+
+    @property
+    def questions(self) -> list[str]:
+        return [q for q, _ in self.proposals.pairs]
+
+    @property
+    def format_valid(self) -> bool:
+        return not self.format_errors
+
+    def claims(self) -> tuple[list[str], list[list[str | None]]]:
+        """``(a_i, [k checker answers])`` per claim, as the registered MARCH rewards take them. A
+        malformed solver or proposer output is one claim that cannot be verified (``""`` / no votes),
+        so every reward scores it as a failure without knowing why."""
+        if "solver" in self.format_errors or "proposer" in self.format_errors:
+            return [""], [[]]
+        votes = [[c.answers[i] for c in self.checks] for i in range(len(self.proposals.pairs))]
+        return [a for _, a in self.proposals.pairs], votes
+
+    @property
+    def parts(self) -> list[tuple[str, Trajectory]]:
+        roles = {"solver": [self.solver], "checker": self.checkers[:1]}
+        return [(role, t) for role in self.train_roles for t in roles.get(role, [])]
+
+    # the trainer's TrajectoryLike view: the solver's trajectory (also what metrics measure)
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.solver.prompt_ids
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.solver.response_ids
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return self.solver.loss_mask
+
+
+def _prompts(llm, conversations: list[list[Message]]) -> list[list[int]]:
+    encode = getattr(llm, "encode_chat", None)
+    return [encode(c) for c in conversations] if encode is not None else []
+
+
+def _run(llm, conversations: list[list[Message]], params: RolloutParams, n: int = 1) -> list[Trajectory]:
+    if not conversations:
+        return []
+    return run_rollouts(llm, _prompts(llm, conversations), None, params, n=n, messages=conversations)
+
+
+def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 1,
+              train_roles: Sequence[str] = ("solver", "checker")) -> list[MarchEpisode]:
+    """``n`` MARCH episodes per item (item-major), each role one batched phase on ``llm``.
+
+    The checker phase is built from ``item.documents`` and the proposer's parsed questions only.
+    """
+    solvers = _run(llm, [solver_messages(it.question, it.documents) for it in items], params.solver, n)
+    episode_items = [it for it in items for _ in range(n)]
+    proposers = _run(llm, [proposer_messages(t.response_text) for t in solvers], params.proposer)
+    proposals = [parse_proposals(t.response_text) for t in proposers]
+    audited = [i for i, p in enumerate(proposals) if p.pairs]
+    k = params.checker_samples
+    checker_trajs = _run(llm, [checker_messages(episode_items[i].documents, [q for q, _ in proposals[i].pairs])
+                               for i in audited], params.checker, n=k)
+    by_episode = {i: checker_trajs[j * k:(j + 1) * k] for j, i in enumerate(audited)}
+    episodes = []
+    for i, (item, solver, proposer, prop) in enumerate(zip(episode_items, solvers, proposers, proposals)):
+        checkers = by_episode.get(i, [])
+        checks = [parse_checker(t.response_text, len(prop.pairs)) for t in checkers]
+        errors = {}
+        if not solver.response_text.strip():
+            errors["solver"] = "empty response"
+        if not prop.format_valid:
+            errors["proposer"] = prop.error
+        bad = next((c.error for c in checks if not c.format_valid), None)
+        if bad is not None:
+            errors["checker"] = bad
+        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors, tuple(train_roles)))
+    return episodes
+
+
+# --------------------------------------------------------------------------------------------
+# what an answer is worth, against the documents and the gold number
+# --------------------------------------------------------------------------------------------
+
+
+def unsupported_numbers(response: str, documents: Sequence[Document], question: str = "") -> list[str]:
+    """Numbers ``response`` states that neither the documents nor the question contain (hallucinated)."""
+    known = set(extract_numbers(question))
+    for d in documents:
+        known.update(extract_numbers(f"{d.title} {d.text}"))
+    return [x for x in extract_numbers(response) if x not in known]
+
+
+def answer_number(response: str, question: str = "") -> str | None:
+    """The number an answer gives: its first number that the question does not already state."""
+    asked = set(extract_numbers(question))
+    return next((x for x in extract_numbers(response) if x not in asked), None)
