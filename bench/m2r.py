@@ -160,7 +160,7 @@ def main() -> None:
         if found is not None:
             sets[name] = found
     stage1 = M2RStageParams(id=1, prev=0, segment="m2r_stage1", format=1)
-    stage2 = M2RStageParams(id=2, prev=1, segment="m2r_stage2", format=2, start="models/m2r_1")
+    stage2 = M2RStageParams(id=2, prev=1, segment="m2r_stage2", format=2, start="m2r/model_1")
     one = M2RStageParams(id=3, prev=0, segment="all", format=2)
 
     base = LocalLLM(base_p.base_model, precision=base_p.precision)

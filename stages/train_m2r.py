@@ -3,10 +3,10 @@
     python -m stages.train_m2r <stage id> [params.yaml]      # DVC: train_m2r@<id>
 
 Stage ``<id>`` of params ``m2r_stages`` (empty by default: M2R training is off) trains
-models/m2r_<prev> (stage 0: ``m2r.base_model``, first warm-started on reference M2R trajectories
+m2r/model_<prev> (stage 0: ``m2r.base_model``, first warm-started on reference M2R trajectories
 of the demo world's gold chains when ``m2r.warm_start``) on the questions of
 segments/<segment>.parquet, with the reward ``m2r.reward`` checking the stage's format
-(``factrl.recipes.m2r``). Outputs: models/m2r_<id>; metrics/train/m2r_r<id>.csv (a DVC plot);
+(``factrl.recipes.m2r``). Outputs: m2r/model_<id>; metrics/train/m2r_r<id>.csv (a DVC plot);
 metrics/m2r/train_r<id>.json (steps, final reward, format failures by reason, the warm start's
 figures, wall time and peak memory); checkpoints/m2r_r<id> (DVC ``persist``) to resume after a kill.
 """

@@ -8,7 +8,7 @@ demo does not run it; ``dvc exp run -S 'train_march.seeds=[0]'`` switches it on.
 on reference episodes (``train_march.warmup``), evaluates on held-out questions, trains with GRPO on
 the solver's and checker's trajectories (reward ``train_march.reward``) and evaluates again.
 
-Outputs: models/march_s<seed> (Hugging Face format); march/results_s<seed>.json (DVC metrics: before /
+Outputs: march/model_s<seed> (Hugging Face format); march/results_s<seed>.json (DVC metrics: before /
 after hallucination rate, accuracy, proposals per answer, format failures by role, per-step curves,
 wall time, peak memory); metrics/train/march_s<seed>.csv (DVC plots); checkpoints/march_s<seed> (DVC
 ``persist``) for resuming after a kill.
@@ -27,7 +27,7 @@ def train_march(params: TrainMarchParams, seed: int, root: Path = Path("."), **k
     """The run with ``seed``; writes the model, the results file and the metrics plot under ``root``."""
     root = Path(root)
     results = march.run(march.run_params(params, seed), state_dir=root / "checkpoints" / f"march_s{seed}",
-                        out_model=root / "models" / f"march_s{seed}",
+                        out_model=root / "march" / f"model_s{seed}",
                         metrics_path=root / "metrics" / "train" / f"march_s{seed}.csv", **kw)
     march.write_results(results, root / "march" / f"results_s{seed}.json")
     return results

@@ -1028,7 +1028,7 @@ class M2RStageParams:
     """One M2R training stage (an entry of ``m2r_stages``; DVC stage ``train_m2r@<id>``).
 
     id: the stage's key in ``m2r_stages``; it names the stage's DVC stage and files
-        (``models/m2r_<id>``, ``metrics/m2r/train_r<id>.json``).
+        (``m2r/model_<id>``, ``metrics/m2r/train_r<id>.json``).
     prev: the stage whose model this one starts from (0 = ``m2r.base_model``, warm-started first
         when ``m2r.warm_start``).
     segment: the training questions: a curriculum piece ``segments/<segment>.parquet``
@@ -1038,7 +1038,7 @@ class M2RStageParams:
         valid key save and a boxed answer; 2 = also micro retrieval in the answer.
     start: the file the stage's starting point is made from, for dvc.yaml's deps (DVC templates
         cannot branch on ``prev``): ``segments/all.parquet`` (the warm start's references) when
-        ``prev`` is 0, else ``models/m2r_<prev>``; checked against ``prev`` when the stage runs.
+        ``prev`` is 0, else ``m2r/model_<prev>``; checked against ``prev`` when the stage runs.
     """
 
     id: int
@@ -1048,7 +1048,7 @@ class M2RStageParams:
     start: str = "segments/all.parquet"
 
     def expected_start(self) -> str:
-        return "segments/all.parquet" if self.prev == 0 else f"models/m2r_{self.prev}"
+        return "segments/all.parquet" if self.prev == 0 else f"m2r/model_{self.prev}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from tests.pipeline_repo import edit_params, make_pipeline_repo
 from tests.stages.test_train_dvc import _dry, commit_stand_ins
 
 STAGES = {"1": {"prev": 0, "segment": "m2r_stage1", "format": 1, "start": "segments/all.parquet"},
-          "2": {"prev": 1, "segment": "m2r_stage2", "format": 2, "start": "models/m2r_1"}}
+          "2": {"prev": 1, "segment": "m2r_stage2", "format": 2, "start": "m2r/model_1"}}
 
 
 def _stage_names(repo: Path) -> set[str]:
@@ -76,7 +76,7 @@ def test_a_wrong_params_entry_names_its_key(tmp_path):
         load_section("m2r_stages", path)
     stages = (M2RStageParams(id=1, prev=0, segment="m2r_stage1"),
               M2RStageParams(id=2, prev=1, segment="m2r_stage2", start="segments/all.parquet"))
-    with pytest.raises(ConfigError, match=r"m2r_stages\.2\.start: .*'models/m2r_1'"):
+    with pytest.raises(ConfigError, match=r"m2r_stages\.2\.start: .*'m2r/model_1'"):
         recipe.find_stage(stages, 2)
     with pytest.raises(ConfigError, match=r"m2r_stages\.1\.prev"):
         recipe.find_stage((M2RStageParams(id=1, prev=3, segment="all"),), 1)

@@ -120,7 +120,7 @@ def test_tiny_run_end_to_end_records_curves_failures_time_and_memory(tmp_path):
     # malformed output is counted by role, never a crash
     assert set(results["before"]["format_failures"]) == {"solver", "proposer", "checker"}
     assert sum(results["training"]["format_failures"].values()) > 0  # this random model writes no valid role
-    assert (tmp_path / "models" / "march_s0" / "config.json").is_file()
+    assert (tmp_path / "march" / "model_s0" / "config.json").is_file()
     assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
 
 def test_reference_episodes_speak_each_role_protocol_and_end_with_eos():

@@ -5,8 +5,8 @@ Stage ``train_m2r@<id>`` (params ``m2r`` and ``m2r_stages``)::
     segments/<segment>.parquet --gold chains--> multi-hop questions (factrl.data.multihop)
     stage 0: m2r.base_model, warm-started on reference M2R trajectories (the warmup mechanism:
              factrl.data.reference.world_m2r_references -> factrl.recipes.warmup.warm_agent)
-    models/m2r_<prev> --GRPO (factrl.rl.trainer), M2R rollouts (factrl.agents.m2r),
-                        reward by name (m2r.reward) with the stage's format--> models/m2r_<id>
+    m2r/model_<prev> --GRPO (factrl.rl.trainer), M2R rollouts (factrl.agents.m2r),
+                        reward by name (m2r.reward) with the stage's format--> m2r/model_<id>
 
 The trainer never sees which method it trains: this recipe hands it a rollout function and a
 reward function, as HARIS's rounds do (``factrl.recipes.haris_rounds.run_agent_training`` runs both).
@@ -38,8 +38,8 @@ AGENT = m2r.AGENT
 
 
 def checkpoint_of(stage_id: int) -> Path:
-    """Where M2R stage ``stage_id``'s model lives: models/m2r_<id>."""
-    return Path("models") / f"m2r_{stage_id}"
+    """Where M2R stage ``stage_id``'s model lives: m2r/model_<id>."""
+    return Path("m2r") / f"model_{stage_id}"
 
 
 def find_stage(stages: Sequence[M2RStageParams], stage_id: int) -> M2RStageParams:
