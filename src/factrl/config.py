@@ -15,6 +15,7 @@ import dataclasses
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -492,6 +493,21 @@ def resolve_model(spec: str, agent: str | None, *, where: str, params_file: str 
     if round_id != 0 and round_id not in ids:
         raise ConfigError(f"{here}: {spec!r}: round {round_id} is not in params rounds (ids: {ids}; r0 = warm)")
     return str(checkpoint_of(agent, round_id))
+
+
+def chain_entry(entries: Sequence[Any], entry_id: int, *, section: str, noun: str) -> Any:
+    """Entry ``entry_id`` of a keyed chain of params (``rounds``, ``m2r_stages``: each entry has ``id``
+    and ``prev``), after checking that every entry starts from 0 or an earlier entry; a broken chain or
+    a missing id is a :class:`ConfigError` naming ``section``."""
+    known = {0}
+    for entry in entries:
+        if entry.prev not in known:
+            raise ConfigError(f"params.yaml: {section}.{entry.id}.prev: prev {entry.prev} is not an earlier {noun}")
+        known.add(entry.id)
+    for entry in entries:
+        if entry.id == entry_id:
+            return entry
+    raise ConfigError(f"params.yaml: {section} has no {noun} {entry_id} (ids: {[e.id for e in entries]})")
 
 
 def _is_symbolic(spec: str) -> bool:

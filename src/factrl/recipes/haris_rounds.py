@@ -33,7 +33,8 @@ import pyarrow as pa
 from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
-from factrl.config import AgentTrainParams, GRPOParams, ReasonTrainParams, RoundParams, SearchTrainParams
+from factrl.config import (AgentTrainParams, GRPOParams, ReasonTrainParams, RoundParams, SearchTrainParams,
+                           chain_entry)
 from factrl.config import checkpoint_of  # noqa: F401 - the stages' models/<agent>_<r>, named once in config
 from factrl.io import atomic_path
 from factrl.rewards.registry import get_reward
@@ -188,15 +189,7 @@ def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: Rollout
 
 def find_round(rounds: Sequence[RoundParams], round_id: int) -> RoundParams:
     """The round ``round_id``, after checking the rounds chain (each starts from the one before)."""
-    prev_ids = {0}
-    for r in rounds:
-        if r.prev not in prev_ids:
-            raise ValueError(f"params.yaml: rounds.{r.id}: prev {r.prev} is not an earlier round")
-        prev_ids.add(r.id)
-    for r in rounds:
-        if r.id == round_id:
-            return r
-    raise ValueError(f"params.yaml: no round with id {round_id} in rounds {[r.id for r in rounds]}")
+    return chain_entry(rounds, round_id, section="rounds", noun="round")
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from factrl.agents import m2r
 from factrl.agents.haris import prompt_style
 from factrl.agents.loop import run_loops
 from factrl.agents.rollout import RolloutParams, agent_loop
-from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams
+from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, chain_entry
 from factrl.recipes import haris_rounds
 from factrl.rewards.m2r import extract_boxed
 from factrl.rewards.registry import get_reward
@@ -43,19 +43,14 @@ def checkpoint_of(stage_id: int) -> Path:
 
 
 def find_stage(stages: Sequence[M2RStageParams], stage_id: int) -> M2RStageParams:
-    """Stage ``stage_id`` of ``m2r_stages``, after checking each stage starts from an earlier one."""
-    known = {0}
+    """Stage ``stage_id`` of ``m2r_stages``, after checking each stage starts from an earlier one
+    from the file its ``start`` names."""
+    stage = chain_entry(stages, stage_id, section="m2r_stages", noun="stage")
     for st in stages:
-        if st.prev not in known:
-            raise ConfigError(f"params.yaml: m2r_stages.{st.id}.prev: {st.prev} is not an earlier stage")
         if st.start != st.expected_start():
             raise ConfigError(f"params.yaml: m2r_stages.{st.id}.start: {st.start!r} must be {st.expected_start()!r} "
                               f"(prev {st.prev})")
-        known.add(st.id)
-    for st in stages:
-        if st.id == stage_id:
-            return st
-    raise ConfigError(f"params.yaml: m2r_stages has no stage {stage_id} (stages: {[s.id for s in stages]})")
+    return stage
 
 
 def reward_function(name: str) -> Callable:
