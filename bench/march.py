@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from factrl.config import TrainMarchParams, from_dict, read_params  # noqa: E402
+from factrl.config import TrainMarchParams, from_dict, read_params, resolve_model  # noqa: E402
 from factrl.eval.stats import summary  # noqa: E402
 from factrl.profiles import merge  # noqa: E402
 from factrl.recipes import march  # noqa: E402
@@ -89,6 +89,8 @@ def main() -> None:
     raw = merge(dict(read_params(ROOT / "params.yaml").get("train_march") or {}), overrides(args.set))
     params: TrainMarchParams = from_dict(TrainMarchParams, raw, "params.yaml:train_march (with --set)")
     march.check_params(params)
+    params = dataclasses.replace(params, base_model=resolve_model(params.base_model, None, where="train_march.base_model",
+                                                                  params_file=ROOT / "params.yaml"))
     measured = Measurement(params.precision)
     variants = {"warmup": True} if args.no_baseline else {"warmup": True, "without_warmup": False}
     runs: dict[str, list[dict]] = {}

@@ -13,6 +13,7 @@ figures, wall time and peak memory); checkpoints/m2r_r<id> (DVC ``persist``) to 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import M2RParams, M2RStageParams, load_section
+from factrl.config import M2RParams, M2RStageParams, load_section, resolve_model
 from factrl.data.multihop import world_items
 from factrl.data.schemas import CLAIMS, validate
 from factrl.hardware import peak_rss_mib
@@ -66,6 +67,8 @@ def main(stage_id: str, params_file: str = "params.yaml") -> dict:
 
     stage = recipe.find_stage(load_section("m2r_stages", params_file).stages, int(stage_id))
     params: M2RParams = load_section("m2r", params_file)
+    params = dataclasses.replace(params, base_model=resolve_model(params.base_model, None, where="m2r.base_model",
+                                                                  params_file=params_file))
     recipe.reward_function(params.reward)
     claims_path = SEGMENTS / f"{stage.segment}.parquet"
     if not claims_path.exists():

@@ -1085,7 +1085,8 @@ class M2RParams(AgentTrainParams):
     stage's multi-hop questions, with the rule-based reward of the paper (eq. 5-6). Every
     :class:`AgentTrainParams` field, flat (``dvc exp run -S m2r.lr=2e-6``), plus:
 
-    base_model: the model stage 0 is (an embedded name, HF directory or hub id).
+    base_model: the model stage 0 is: ``base`` (params ``model.base``) or a model (an embedded name,
+        HF directory or hub id); resolved by :func:`resolve_model`.
     reward: the reward's name in ``factrl.rewards.registry`` (``m2r``); called with the final answer,
         the gold answers, the format validity, the saved key values, ``alpha`` and ``beta``.
     alpha: weight of the key-information score s_key in r_ans (the paper's 1/3).
@@ -1100,7 +1101,7 @@ class M2RParams(AgentTrainParams):
     sft: the warm start's fine-tuning (see :class:`SFTParams`).
     """
 
-    base_model: str = "smollm2-135m"
+    base_model: str = "base"
     reward: str = "m2r"
     alpha: float = 1 / 3
     beta: float = 0.1
@@ -1131,7 +1132,8 @@ class TrainMarchParams(GRPOParams):
         run's question split, warm start, sampling and prompt order. Empty (the default) = the stage
         is off, so ``make demo`` does not run it. The whole section is the stages' params
         dependency, so editing the list reruns every seed's stage.
-    base_model: the policy the run starts from (an embedded name, HF directory or hub id).
+    base_model: the policy the run starts from: ``base`` (params ``model.base``) or a model (an
+        embedded name, HF directory or hub id); resolved by :func:`resolve_model`.
     backend: where the policy trains: ``local`` (``factrl.rl.trainer``, one device).
     reward: the registered reward (``factrl.rewards``) scoring an episode from the solver's claims and
         the checker's votes: ``march_ztr`` (zero tolerance: every claim must hold) or ``march_err``
@@ -1154,7 +1156,7 @@ class TrainMarchParams(GRPOParams):
     """
 
     seeds: tuple[int, ...] = ()
-    base_model: str = "smollm2-135m"
+    base_model: str = "base"
     backend: Literal["local"] = "local"
     reward: str = "march_ztr"
     train_roles: tuple[str, ...] = ("solver", "checker")

@@ -122,3 +122,22 @@ def test_one_stage_end_to_end_records_failures_wall_time_and_memory(tmp_path, mo
     assert (tmp_path / "models" / "m2r_1" / "config.json").exists()
     assert saved["init_model"].endswith("m2r_r1_warm/model")
     assert dataclasses.asdict(stage) == saved["stage"]
+
+
+def test_base_model_base_names_the_params_model(tmp_path, monkeypatch):
+    """``m2r.base_model: base`` (the default) starts stage 0 from params ``model.base``."""
+    import pyarrow.parquet as pq
+
+    from factrl.data.schemas import CLAIMS
+    from stages import train_m2r
+
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text("model: {base: ./my-base}\nm2r_stages: {\"1\": {prev: 0, segment: m2r_stage1}}\n")
+    Path("segments").mkdir()
+    for name in ("m2r_stage1", "all"):
+        pq.write_table(CLAIMS.empty_table(), f"segments/{name}.parquet")
+    seen = {}
+    monkeypatch.setattr(train_m2r, "train_m2r", lambda *a, **kw: seen.update(kw) or {})
+    monkeypatch.setattr("factrl.retrieval.index.Retriever", lambda *a, **kw: None)
+    train_m2r.main("1")
+    assert seen["init_model"] == "./my-base"

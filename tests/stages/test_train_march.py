@@ -152,3 +152,17 @@ def test_reference_episodes_speak_each_role_protocol_and_end_with_eos():
     for e in examples:
         trained = [t for t in e["labels"] if t != -100]
         assert trained[-1] == tok.eos_token_id  # each role learns to stop where its reference stops
+
+
+def test_base_model_base_names_the_params_model(tmp_path, monkeypatch):
+    """``train_march.base_model: base`` (the default) trains params ``model.base``, no second name to edit."""
+    from stages import train_march
+
+    path = _params_file(tmp_path, {"seeds": [0]})
+    path.write_text(path.read_text() + "model: {base: ./my-base}\n")
+    seen = {}
+    scores = {"hallucination_rate": 0.5, "accuracy": 0.5}
+    results = {"before": scores, "after": scores, "wall_seconds": 1.0, "peak_rss_mib": 1.0}
+    monkeypatch.setattr(train_march, "train_march", lambda params, seed: seen.update(params=params) or results)
+    train_march.main("0", str(path))
+    assert seen["params"].base_model == "./my-base"
