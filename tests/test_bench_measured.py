@@ -37,6 +37,12 @@ def test_record_has_commit_dirty_flag_load_and_cpu(tmp_path):
     assert rec["precision_requested"] == "auto" and rec["precision"] == resolve_precision("auto", "cpu")
     assert {"cpu_bf16_native", "torch_threads", "cpus", "started", "torch"} <= set(rec)
 
+    (repo / "bench" / "results").mkdir(parents=True)
+    (repo / "bench" / "results" / "y.json").write_text("{}")
+    _git(repo, "add", "bench")
+    _git(repo, "commit", "-q", "-m", "a result")
+    (repo / "bench" / "results" / "y.json").write_text('{"rate": 2}')  # a benchmark wrote its result
+    assert git_state(repo)["dirty"] is False
     (repo / "code.py").write_text("x = 2\n")
     assert git_state(repo)["dirty"] is True
     assert git_state(tmp_path / "results") == {"commit": None, "dirty": None}  # not a git checkout
