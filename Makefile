@@ -50,6 +50,7 @@ $(VENV)/.chromium-tried: | $(BIN)/.installed
 # steps each); per-step training curves land in metrics/train/ (`dvc plots show`).
 demo: setup
 	$(BIN)/dvc repro
+	@$(BIN)/factrl eval-table || true
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
 
@@ -58,6 +59,7 @@ demo: setup
 demo-long: setup
 	$(BIN)/factrl profile long
 	$(BIN)/dvc repro
+	@$(BIN)/factrl eval-table || true
 	@echo "metrics:"; $(BIN)/dvc metrics show || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
 

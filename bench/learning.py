@@ -1,206 +1,257 @@
-"""Do the agents learn? Before vs after GRPO on held-out demo-world claims -> bench/results/learning.json.
+"""Do HARIS's agents learn to verify claims on the embedded default? -> bench/results/learning.json.
 
-For each of ``--seeds`` training seeds, starting from SmolLM2-135M each time:
+Every run is the real pipeline, not a copy of it: a fresh clone of this commit (``git clone``), its
+params.yaml with ``--profile`` and the run's overrides merged in, ``dvc repro`` of the last round's
+``train_reason`` (prepare .. warmup .. every round), then stage ``evaluate``'s code twice:
 
-1. the search agent L trains with the params' ``train.search`` settings (``--profile``, default the
-   params.yaml demo profile) on 2-hop sub-questions of training claims, the gold sub-answer standing
-   in for the teacher's pseudo answer (synthesis quality is benchmarked in bench/synthesis.py);
-   ``useful_rate`` = share of held-out sub-questions whose greedy report the rule judge finds useful;
-2. the reasoning agent H trains with ``train.reasoning`` on training claims, served by that L;
-   measured on held-out claims: ``format_valid_rate`` and ``mean_reward`` over ``--samples`` samples
-   per claim at the training temperature, and greedy ``accuracy`` (a missing verdict counts wrong).
+* on the pipeline's eval split (``evaluate.per_hop`` label-balanced claims per hop setting, 60 in the
+  demo) for HARIS at ``base`` / ``warm`` / ``last`` (the trained pair), RAG and the single agent,
+  all on the same 135M base model;
+* on the eval claims of an *unseen world* (another world seed: names and facts never trained on,
+  its own passages, BM25) for the trained pair only: the agents should have learned a procedure,
+  not a world.
 
-"before" is the base model (the same for every seed except for sampling), "after" the trained one;
-``spread`` is the max - min over seeds of the after - before change. ``accuracy_over_steps``
-(first seed) evaluates greedy accuracy every ``--eval-every`` steps of H's training. The world is a
-small generated demo world with a BM25 index, built here so the bench is self-contained.
+Runs: one per ``--seeds`` of the main recipe (the seed replaces ``warmup.seed``, ``synthesize.seed``
+and both ``train.*.seed``; the world and the eval claims stay fixed), then one per ``--ablations``
+at the first seed, each changing one thing:
 
-Usage: python bench/learning.py [--seeds 3] [--claims 8] [--samples 2] [--eval-every 4] [--profile NAME]
+* ``no_warm_start``: ``warmup.enabled: false`` (the agents start from the base model);
+* ``llm_teacher``: ``synthesize.teacher.backend: local`` (SmolLM2 answers the pseudo-labels, instead
+  of the world teacher reading the claim's chain);
+* ``no_dynamic_sampling`` / ``dynamic_sampling``: the other value of ``train.*.dynamic_sampling``.
+
+Keys: ``accuracy[system][hop] = {mean, spread, ci95, per_seed}`` (spread: max - min over seeds; ci95:
+the bootstrap interval of the accuracy over every seed's claims pooled); ``questions_per_claim[hop]``
+of ``haris_trained``; ``uniform_group_rate = {dynamic_sampling, plain}`` (mean over the reasoning
+agent's GRPO steps of the share of groups whose rewards are all equal, from the runs with and
+without dynamic sampling); ``ablations[name][hop]`` (trained HARIS accuracy); ``unseen_world[hop]``;
+``goals`` (the issue's bars, each true or false); ``commit`` and the ``measured`` record.
+
+A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the clones; a
+killed run reruns only what had not finished). About 1 h per run on 2 AVX2 cores with the demo
+profile; ``--smoke`` checks the script in minutes with the tiny profile.
+
+Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
+                                [--profile NAME] [--work DIR] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import shutil
-import statistics
+import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from factrl.config import WorldParams, from_dict, read_params  # noqa: E402
-from factrl.llm.local import LocalLLM  # noqa: E402
-from factrl.llm.signatures import make_judge  # noqa: E402
-from factrl.rewards.haris import reasoning_reward  # noqa: E402
-from factrl.recipes import haris_rounds  # noqa: E402
+from factrl.config import WorldParams  # noqa: E402
+from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
+from factrl.profiles import merge, read_profile  # noqa: E402
 from _measured import Measurement  # noqa: E402
 
+RESULTS = ROOT / "bench" / "results" / "learning.json"
+HOPS = ("2hop", "3hop", "4hop")
+SYSTEMS = {"haris_base": "HARIS (base)", "haris_warm": "HARIS (warm)", "haris_trained": "HARIS (trained)",
+           "rag": "RAG", "single_agent": "Single agent"}
+UNSEEN_WORLD_SEED = 101  # prepare.world.seed is 13 in the demo: a world none of the agents has seen
+# the issue's bars for trained HARIS: accuracy per hop, and points above RAG on 3- and 4-hop
+GOALS = {"2hop": 0.85, "3hop": 0.75, "4hop": 0.65}
+ABOVE_RAG = 0.15
 
-def world(root: Path, seed: int = 21) -> tuple[pa.Table, Path]:
+
+def seed_overrides(seed: int) -> dict:
+    return {"warmup": {"seed": seed}, "synthesize": {"seed": seed},
+            "train": {"search": {"seed": seed}, "reasoning": {"seed": seed}}}
+
+
+def ablation_overrides(name: str) -> dict:
+    if name == "no_warm_start":
+        return {"warmup": {"enabled": False}}
+    if name == "llm_teacher":
+        return {"synthesize": {"teacher": {"backend": "local"}}}
+    if name in ("no_dynamic_sampling", "dynamic_sampling"):
+        on = name == "dynamic_sampling"
+        return {"train": {"search": {"dynamic_sampling": on}, "reasoning": {"dynamic_sampling": on}}}
+    raise SystemExit(f"unknown ablation {name!r}: no_warm_start | llm_teacher | no_dynamic_sampling | dynamic_sampling")
+
+
+def load_yaml(path: Path) -> dict:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load(path.read_text()) or {}
+
+
+def run(cmd: list[str], cwd: Path, log: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{cwd / 'src'}{os.pathsep}{cwd}"}  # the clone's code, not ROOT's
+    with log.open("a") as out:
+        print(f"$ {' '.join(cmd)}", file=out, flush=True)
+        done = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed in {cwd} (exit {done.returncode}); see {log}")
+
+
+def clone(work: Path, name: str, params: dict) -> Path:
+    """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume)."""
+    repo = work / name
+    if not (repo / ".git").exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+        shared = ROOT.parent / "shared"
+        if shared.exists() and not (work / "shared").exists():
+            (work / "shared").symlink_to(shared)
+    (repo / "params.yaml").write_text(json.dumps(params, indent=1))  # JSON is YAML
+    return repo
+
+
+def unseen_world(work: Path, prepare: dict) -> tuple[Path, Path]:
+    """Claims and passages of a world generated with another seed (the same size and hops)."""
     from factrl.data.world import write_world
-    from factrl.retrieval.index import build_index
 
-    write_world(WorldParams(seed=seed, num_passages=400, num_claims=64, hops=(2,)), root / "p.parquet",
-                root / "c.parquet")
-    build_index(root / "p.parquet", root / "index", embedder=None)
-    return pq.read_table(root / "c.parquet"), root / "index"
-
-
-def balanced_split(claims: pa.Table, n_eval: int) -> tuple[pa.Table, pa.Table]:
-    """Held-out claims (label-balanced, first ``n_eval``) and the rest for training."""
-    rows = claims.to_pylist()
-    sup = [r for r in rows if r["label"] == "SUPPORTS"]
-    ref = [r for r in rows if r["label"] != "SUPPORTS"]
-    held = sup[: n_eval // 2] + ref[: n_eval - n_eval // 2]
-    ids = {r["id"] for r in held}
-    return pa.Table.from_pylist(held), pa.Table.from_pylist([r for r in rows if r["id"] not in ids])
+    world = prepare["world"]
+    out = work / f"unseen_world_s{UNSEEN_WORLD_SEED}"
+    claims, passages = out / "claims.parquet", out / "passages.parquet"
+    if not claims.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        params = WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
+                             num_claims=world["num_claims"], hops=tuple(world["hops"]))
+        write_world(params, passages, claims)
+    return claims, passages
 
 
-def qa_from_hops(claims: pa.Table) -> pa.Table:
-    rows = []
-    for c in claims.to_pylist():
-        for j, hop in enumerate(c["hops"]):
-            rows.append({"id": f"{c['id']}-q{j}", "question": hop["question"], "answer": hop["answer"]})
-    return pa.Table.from_pylist(rows)
+def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
+    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``; its metrics."""
+    path = repo / f"params_{name}.yaml"
+    path.write_text(json.dumps({**params, "evaluate": {**params["evaluate"], **evaluate_section}}, indent=1))
+    out = repo / "metrics" / f"learning_{name}.json"
+    if not out.exists():
+        run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)
+        (repo / "metrics" / "eval.json").replace(out)
+    return json.loads(out.read_text())
 
 
-def reasoning_scores(llm, search_llm, retriever, claims: list[dict], p, samples: int) -> dict:
-    """format_valid_rate and mean_reward (sampled at the training temperature), greedy accuracy."""
-    tool = haris_rounds.search_agent_tool(search_llm, haris_rounds.RetrieverTool(retriever, k=p.top_k),
-                                    haris_rounds.served_search_params(p))
-    sampled = haris_rounds.reasoning_rollout_fn(llm, tool, haris_rounds.reasoning_rollout_params(p))(claims, samples)
-    rewards = [reasoning_reward(t.response_text, c["label"]) for c, t in
-               zip([c for c in claims for _ in range(samples)], sampled)]
-    greedy_params = dataclasses.replace(haris_rounds.reasoning_rollout_params(p), temperature=0.0)
-    greedy = haris_rounds.reasoning_rollout_fn(llm, tool, greedy_params)(claims, 1)
-    correct = [reasoning_reward(t.response_text, c["label"]).parts["correct"] for c, t in zip(claims, greedy)]
-    return {"format_valid_rate": statistics.mean(float(r.format_valid) for r in rewards),
-            "mean_reward": statistics.mean(r.score for r in rewards),
-            "accuracy": statistics.mean(correct)}
+def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path) -> dict:
+    """The pipeline, the eval split and the unseen world for one params set; per-system cells."""
+    repo = clone(work, name, params)
+    last = max(int(k) for k in params["rounds"])
+    run(["dvc", "repro", f"train_reason@{last}"], repo, log)
+    checkpoints = [{"name": SYSTEMS["haris_base"], "reason": "base", "search": "base"},
+                   {"name": SYSTEMS["haris_warm"], "reason": "warm", "search": "warm"},
+                   {"name": SYSTEMS["haris_trained"], "reason": "last", "search": "last"}]
+    main = evaluate(repo, params, "eval", {"systems": ["haris", "rag", "single_agent"], "checkpoints": checkpoints},
+                    log)
+    unseen_claims, unseen_passages = unseen
+    other = evaluate(repo, params, "unseen", {
+        "systems": ["haris"], "checkpoints": checkpoints[2:],
+        "sets": [{"name": "unseen", "path": str(unseen_claims), "passages": str(unseen_passages)}]}, log)
+    train = sorted((repo / "metrics" / "train").glob("reason_r*.csv"))  # stage train_reason@<id>'s steps
+    return {"eval": main["demo"], "unseen": other["unseen"], "reason_metrics": [_csv(p) for p in train]}
 
 
-def useful_rate(llm, retriever, questions: list[dict], p, judge) -> float:
-    params = dataclasses.replace(haris_rounds.search_rollout_params(p), temperature=0.0)
-    trajs = haris_rounds.search_rollout_fn(llm, haris_rounds.RetrieverTool(retriever, k=p.top_k), params)(questions, 1)
-    scores = haris_rounds.search_reward_fn(judge)(questions, trajs)
-    return statistics.mean(float(r.parts["useful"]) for r in scores)
+def _csv(path: Path) -> list[dict]:
+    import csv
+
+    with path.open() as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
 
 
-def summary(before: list[float], after: list[float]) -> dict:
-    deltas = [a - b for a, b in zip(after, before)]
-    return {"before": statistics.mean(before), "after": statistics.mean(after),
-            "spread": max(deltas) - min(deltas), "change": statistics.mean(deltas),
-            "per_seed": {"before": before, "after": after}}
+def accuracy_cell(cells: list[dict]) -> dict:
+    """{mean, spread, ci95, per_seed} of accuracy over runs' cells of one system and hop."""
+    accs = [c["accuracy"] for c in cells]
+    correct: list[float] = []
+    for c in cells:  # the accuracy of n binary outcomes: its bootstrap needs only how many were right
+        k = round(c["accuracy"] * c["n"])
+        correct += [1.0] * k + [0.0] * (int(c["n"]) - k)
+    low, high = bootstrap_mean_ci(correct, n_boot=2000, seed=0)
+    return {"mean": sum(accs) / len(accs), "spread": max(accs) - min(accs), "ci95": [low, high],
+            "per_seed": accs, "n_per_seed": [int(c["n"]) for c in cells]}
+
+
+def uniform_rate(runs: list[dict]) -> float | None:
+    rates = [row["uniform_group_rate"] for r in runs for rows in r["reason_metrics"] for row in rows
+             if "uniform_group_rate" in row]
+    return sum(rates) / len(rates) if rates else None
+
+
+def report(main_runs: list[dict], ablation_runs: dict[str, dict], dynamic_on: bool) -> dict:
+    accuracy = {key: {hop: accuracy_cell([r["eval"][hop][label] for r in main_runs]) for hop in HOPS
+                      if all(label in r["eval"].get(hop, {}) for r in main_runs)}
+                for key, label in SYSTEMS.items()}
+    trained = SYSTEMS["haris_trained"]
+    questions = {hop: sum(r["eval"][hop][trained]["avg_questions"] for r in main_runs) / len(main_runs)
+                 for hop in HOPS if hop in main_runs[0]["eval"]}
+    unseen = {hop: accuracy_cell([r["unseen"][hop][trained] for r in main_runs]) for hop in HOPS
+              if hop in main_runs[0]["unseen"]}
+    ablations = {name: {hop: r["eval"][hop][trained]["accuracy"] for hop in HOPS if hop in r["eval"]}
+                 for name, r in ablation_runs.items()}
+    other = next((r for n, r in ablation_runs.items() if "dynamic_sampling" in n), None)
+    rates = {("dynamic_sampling" if dynamic_on else "plain"): uniform_rate(main_runs)}
+    if other is not None:
+        rates["plain" if dynamic_on else "dynamic_sampling"] = uniform_rate([other])
+    trained_acc, rag = accuracy.get("haris_trained", {}), accuracy.get("rag", {})
+    goals = {f"trained_{hop}>={bar}": trained_acc.get(hop, {}).get("mean", 0) >= bar for hop, bar in GOALS.items()}
+    for hop in ("3hop", "4hop"):
+        if hop in trained_acc and hop in rag:
+            goals[f"above_rag_{hop}_by_{ABOVE_RAG}_disjoint_ci"] = (
+                trained_acc[hop]["mean"] - rag[hop]["mean"] >= ABOVE_RAG
+                and trained_acc[hop]["ci95"][0] > rag[hop]["ci95"][1])
+    warm = accuracy.get("haris_warm", {})
+    for hop in trained_acc:
+        if hop in warm:
+            goals[f"rounds_beyond_spread_{hop}"] = (
+                trained_acc[hop]["mean"] - warm[hop]["mean"] > max(trained_acc[hop]["spread"], warm[hop]["spread"]))
+    for hop, n in questions.items():
+        goals[f"asks_hops_minus_1_{hop}"] = n >= int(hop[0]) - 1
+    for hop, cell in unseen.items():
+        if hop in trained_acc:
+            goals[f"unseen_within_5pt_{hop}"] = abs(cell["mean"] - trained_acc[hop]["mean"]) <= 0.05
+    return {"accuracy": accuracy, "questions_per_claim": questions, "uniform_group_rate": rates,
+            "ablations": ablations, "unseen_world": {hop: c["mean"] for hop, c in unseen.items()},
+            "unseen_world_detail": unseen, "goals": goals}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--claims", type=int, default=8, help="held-out claims (label-balanced)")
-    ap.add_argument("--samples", type=int, default=2, help="samples per held-out claim at the training temperature")
-    ap.add_argument("--eval-every", type=int, default=4)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--ablations", nargs="*", default=["no_warm_start", "llm_teacher", "no_dynamic_sampling"])
     ap.add_argument("--profile", default="", help="a profiles/ name merged over params.yaml (default: the demo)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learning.json"))
+    ap.add_argument("--work", type=Path, default=None, help="where the clones live (kept; default: a temp dir)")
+    ap.add_argument("--smoke", action="store_true", help="tiny profile, one seed, no ablations, a temp output")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-
-    from factrl.config import TrainParams
-    from factrl.profiles import merge, read_profile
-    from factrl.retrieval.index import Retriever
-    from stages.train_reason import train_reason
-    from stages.train_search import train_search
-
-    raw = read_params(ROOT / "params.yaml")
+    if args.smoke:
+        args.profile, args.seeds, args.ablations = "tiny", args.seeds[:1], []
+        if args.out == RESULTS:
+            args.out = Path(tempfile.mkdtemp(prefix="learning-smoke-")) / "learning.json"
+    base = load_yaml(ROOT / "params.yaml")
     if args.profile:
-        merge(raw, dict(read_profile(args.profile, ROOT / "profiles")))
-    train: TrainParams = from_dict(TrainParams, raw["train"], "train")
-    sp, rp = train.search, train.reasoning
-    measured = Measurement(rp.precision)
-    work = Path(tempfile.mkdtemp(prefix="factrl-learning-"))
-    claims, index = world(work / "world")
-    retriever = Retriever(index, mode="bm25")
-    sp, rp = dataclasses.replace(sp, retrieval_mode="bm25"), dataclasses.replace(rp, retrieval_mode="bm25")
-    held, train_claims = balanced_split(claims, args.claims)
-    held_items = haris_rounds.reasoning_items(held)
-    held_questions = haris_rounds.search_items(qa_from_hops(held))[: args.claims]
-    judge = make_judge("rule", threshold=sp.judge_threshold)
-
-    base = LocalLLM("smollm2-135m", precision=rp.precision)
-    results = {"useful_rate": ([], []), "format_valid_rate": ([], []), "mean_reward": ([], []), "accuracy": ([], [])}
-    over_steps: list[dict] = []
-    train_curves: dict[str, list] = {}
-    for seed in range(args.seeds):
-        seed_dir = work / f"seed{seed}"
-        sps, rps = dataclasses.replace(sp, seed=seed), dataclasses.replace(rp, seed=seed)
-        from factrl.rl.trainer import seed_everything
-
-        seed_everything(1000 + seed)
-        results["useful_rate"][0].append(useful_rate(base, retriever, held_questions, sps, judge))
-        before = reasoning_scores(base, base, retriever, held_items, rps, args.samples)
-        for k in ("format_valid_rate", "mean_reward", "accuracy"):
-            results[k][0].append(before[k])
-
-        res_s = train_search(qa_from_hops(train_claims), "smollm2-135m", retriever, sps, state_dir=seed_dir / "ck_s",
-                             out_model=seed_dir / "search", metrics_path=seed_dir / "search.csv", judge=judge)
-        search_llm = LocalLLM(str(seed_dir / "search"), precision=rp.precision)
-        results["useful_rate"][1].append(useful_rate(search_llm, retriever, held_questions, sps, judge))
-
-        from factrl.llm.models import load_model_and_tokenizer
-
-        model, tok = load_model_and_tokenizer("smollm2-135m")
-        probe = LocalLLM(model_obj=model, tokenizer=tok, precision=rp.precision)
-
-        def on_step(row, seed=seed):
-            if seed == 0 and row["step"] % args.eval_every == 0 and row["step"] < rps.steps:
-                over_steps.append({"step": row["step"], **reasoning_scores(probe, search_llm, retriever, held_items,
-                                                                           rps, 1)})
-
-        res_r = train_reason(train_claims, "smollm2-135m", str(seed_dir / "search"), retriever, rps,
-                             state_dir=seed_dir / "ck_r", out_model=seed_dir / "reason",
-                             metrics_path=seed_dir / "reason.csv", search_llm=search_llm,
-                             model_tokenizer=(model, tok), on_step=on_step)
-        seed_everything(2000 + seed)
-        after = reasoning_scores(probe, search_llm, retriever, held_items, rps, args.samples)
-        for k in ("format_valid_rate", "mean_reward", "accuracy"):
-            results[k][1].append(after[k])
-        if seed == 0:
-            over_steps.insert(0, {"step": 0, **before})
-            over_steps.append({"step": rps.steps, **after})
-        train_curves[f"seed{seed}"] = {
-            "search_reward": [r["reward_mean"] for r in res_s.rows],
-            "reason_reward": [r["reward_mean"] for r in res_r.rows],
-            "reason_format_valid": [r.get("format_valid_rate") for r in res_r.rows]}
-        print(f"seed {seed}: " + ", ".join(f"{k} {v[0][-1]:.3f}->{v[1][-1]:.3f}" for k, v in results.items()),
-              flush=True)
-        shutil.rmtree(seed_dir, ignore_errors=True)
-        # written after every seed, so a long run that is stopped still leaves what it measured
-        report(results, over_steps, train_curves, args, held_items, held_questions, train_claims, sp, rp,
-               measured, complete=seed + 1 == args.seeds)
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def report(results, over_steps, train_curves, args, held_items, held_questions, train_claims, sp, rp,
-           measured: Measurement, complete: bool) -> None:
-    out = {k: summary(*v) for k, v in results.items()}
-    out["rises_beyond_spread"] = {k: out[k]["change"] > out[k]["spread"] for k in results}
-    out["accuracy_over_steps"] = over_steps
-    out["train_curves"] = train_curves
-    out["setup"] = {
-        "seeds": args.seeds, "held_out_claims": len(held_items), "held_out_questions": len(held_questions),
-        "samples_per_claim": args.samples, "train_claims": train_claims.num_rows, "world": "400 passages, 2-hop",
-        "profile": args.profile or "params.yaml (demo)", "search": dataclasses.asdict(sp),
-        "reasoning": dataclasses.asdict(rp), "retrieval": "bm25 top-k",
-        "pseudo_answers": "gold sub-answers (stand-in for the teacher)",
-    }
-    out["complete"] = complete
-    out["seeds_done"] = len(results["accuracy"][1])
-    measured.write(out, Path(args.out))
-    print({k: (round(out[k]["before"], 3), round(out[k]["after"], 3), round(out[k]["spread"], 3)) for k in results})
+        base = merge(base, dict(read_profile(args.profile, ROOT / "profiles")))
+    dynamic_on = bool(base["train"]["reasoning"].get("dynamic_sampling", False))
+    ablations = ["dynamic_sampling" if a == "no_dynamic_sampling" and not dynamic_on else a for a in args.ablations]
+    measured = Measurement(base["train"]["reasoning"].get("precision", "auto"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="factrl-learning-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "bench.log"
+    unseen = unseen_world(work, base["prepare"])
+    main_runs = []
+    for seed in args.seeds:
+        print(f"bench/learning: seed {seed} ({work})", flush=True)
+        main_runs.append(one_run(work, f"seed{seed}", merge(json.loads(json.dumps(base)), seed_overrides(seed)),
+                                 unseen, log))
+    ablation_runs = {}
+    for name in ablations:
+        print(f"bench/learning: ablation {name}", flush=True)
+        params = merge(merge(json.loads(json.dumps(base)), seed_overrides(args.seeds[0])), ablation_overrides(name))
+        ablation_runs[name] = one_run(work, name, params, unseen, log)
+    result = report(main_runs, ablation_runs, dynamic_on)
+    result |= {"commit": measured.git["commit"], "seeds": args.seeds, "profile": args.profile or "demo",
+               "per_hop": base["evaluate"].get("per_hop"),
+               "unseen_world_seed": UNSEEN_WORLD_SEED}
+    measured.write(result, args.out)
+    print(json.dumps({k: result[k] for k in ("questions_per_claim", "unseen_world", "goals")}, indent=1))
+    print(f"-> {args.out}")
 
 
 if __name__ == "__main__":

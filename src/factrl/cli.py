@@ -34,6 +34,7 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
     "verify": Command("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
     "profile": Command("factrl.profiles", "merge profiles/<name>.yaml (tiny, long, paper) into params.yaml"),
+    "eval-table": Command("factrl.eval.report", "print the per-hop accuracy table of metrics/eval.json (--dataset demo)"),
     "train-summary": Command("factrl.rl.curves", "how each curve in metrics/train moved (--block N: block means)"),
     "train": Command("factrl.recipes.train_cli", "run (or --dry-run: print) one training stage on the local or verl backend"),
     "serve-agent": Command("factrl.llm.vllm", "serve a checkpoint with `vllm serve` (prints the command; GPU machines)"),

@@ -67,3 +67,31 @@ def test_full_report_has_other_datasets_intervals_and_plots(tmp_path):
 def test_empty_run_still_shows_the_reference_rows():
     md = render_report([])
     assert "HARIS (paper) | 69.31" in md and "Bootstrap" not in md
+
+
+def test_hop_accuracy_table_of_the_metrics_file(tmp_path, capsys):
+    """The per-hop table `make demo` prints (factrl eval-table): every system, its accuracy with the
+    interval per hop, questions per claim; read from metrics/eval.json's nested layout."""
+    import json
+
+    from factrl.eval.report import hop_accuracy_markdown, main
+    from factrl.eval.runner import nested_metrics
+
+    rows = []
+    for system, acc, q in (("HARIS (trained)", 0.8, 2.5), ("RAG", 0.5, 0.0)):
+        for hops in (2, 3):
+            rows.append({"dataset": "demo", "system": system, "num_hops": hops, "metric": "accuracy", "value": acc,
+                         "ci_low": acc - 0.1, "ci_high": acc + 0.1, "n": 60})
+            rows.append({"dataset": "demo", "system": system, "num_hops": hops, "metric": "avg_questions",
+                         "value": q, "ci_low": None, "ci_high": None, "n": 60})
+    nested = nested_metrics(rows)
+    lines = _table_lines(hop_accuracy_markdown(nested, "demo"))
+    assert lines[0][:3] == ["System", "2hop acc (95% CI)", "3hop acc (95% CI)"]
+    assert lines[2] == ["HARIS (trained)", "80.00 [70.00, 90.00]", "80.00 [70.00, 90.00]", "2.50 / 2.50", "60"]
+    assert lines[3][0] == "RAG" and lines[3][3] == "0.00 / 0.00"
+    assert hop_accuracy_markdown(nested, "hover") is None
+    assert "## demo: accuracy per hop" in render_report(rows)
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(nested))
+    assert main([str(path)]) == 0
+    assert "HARIS (trained) | 80.00 [70.00, 90.00]" in capsys.readouterr().out

@@ -273,3 +273,35 @@ def test_baselines_run_through_the_runner(tmp_path):
     validate(pa.Table.from_pylist(res.trajectories, schema=TRAJECTORIES), TRAJECTORIES, "traces")
     rag = next(r for r in res.trajectories if r["agent"] == "rag")
     assert any(t["role"] == "env" and "Orlen Studios" in t["text"] for t in rag["turns"])
+
+
+class ReleasingLLM(ScriptedLLM):
+    """A scripted LLM that logs its calls and when its engine memory is freed into a shared list."""
+
+    def __init__(self, name: str, log: list[str]):
+        super().__init__()
+        self.name, self.log = name, log
+
+    def chat(self, conversations, params):
+        self.log.append(f"{self.name}:chat")
+        return super().chat(conversations, params)
+
+    def release(self):
+        self.log.append(f"{self.name}:release")
+
+    def clear_prefix_cache(self):
+        self.log.append(f"{self.name}:clear")
+
+
+def test_each_system_frees_its_engines_once_it_has_scored(tmp_path):
+    """Three checkpoints' engines held their key/value slots and prefix caches at once (11 GiB on
+    the demo): a system's engines are freed as soon as it is done, before the next system runs."""
+    log: list[str] = []
+    first, second = ReleasingLLM("a", log), ReleasingLLM("b", log)
+    systems = [runner.HarisSystem("first", first, first, max_new_tokens=32), runner.BaselineSystem("RAG", "rag", second)]
+    sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
+    runner.evaluate(sets, systems, per_hop=100, seed=0, batch_size=8, n_boot=10, trace_claims=0)
+    first_b, last_a = log.index("b:chat"), len(log) - 1 - log[::-1].index("a:chat")
+    assert last_a < first_b  # one system after the other
+    assert {"a:release", "a:clear"} <= set(log[last_a:first_b])  # freed in between
+    assert log[-2:] == ["b:release", "b:clear"]

@@ -4,7 +4,9 @@ Rows are systems, columns HOVER 2/3/4-hop, EX-FEVER 2/3-hop (F1 and accuracy eac
 (accuracy on its positive claims). The paper's reported numbers (Table 1, plus the RL-trained single
 agent of Table 2) are reference rows, marked "(paper)", so a run can be read against them directly.
 Datasets outside that layout (the demo world, any claim file) get a second table of the same shape,
-and every cell's bootstrap interval and sample size are listed below the tables.
+and every cell's bootstrap interval and sample size are listed below the tables. Each such dataset
+also gets a per-hop accuracy table with intervals and questions per claim, which `factrl eval-table`
+prints from metrics/eval.json (`make demo` ends with it).
 
 Input rows follow ``factrl.data.schemas.METRICS``: dataset, system, num_hops, metric, value (a
 fraction in [0, 1]), ci_low, ci_high, n. Metric names are those of ``eval.metrics``.
@@ -132,6 +134,53 @@ def intervals_markdown(rows: Sequence[Mapping], metrics: Sequence[str] = ("accur
     return markdown_table(["System", "Dataset", "Hops", "Metric", "Value", "95% CI", "n"], body)
 
 
+def hop_accuracy_markdown(nested: Mapping, dataset: str) -> str | None:
+    """Accuracy per hop setting with its bootstrap 95% interval, and questions asked per claim, one
+    line per system, for ``dataset`` of ``nested`` (:func:`factrl.eval.runner.nested_metrics`, the
+    layout of metrics/eval.json); None when the dataset has no rows. The table `make demo` prints."""
+    by_hop = nested.get(dataset)
+    if not by_hop:
+        return None
+    hops = sorted(by_hop, key=lambda h: (h == "all", h))
+    systems = list(dict.fromkeys(s for h in hops for s in by_hop[h]))
+
+    def cell(hop: str, system: str) -> str:
+        c = by_hop[hop].get(system)
+        if not c or c.get("accuracy") is None:
+            return "–"
+        low, high = c.get("ci_low", {}).get("accuracy"), c.get("ci_high", {}).get("accuracy")
+        ci = "" if low is None else f" [{_pct(low)}, {_pct(high)}]"
+        return f"{_pct(c['accuracy'])}{ci}"
+
+    def questions(system: str) -> str:
+        counts = [by_hop[h][system].get("avg_questions") for h in hops if system in by_hop[h]]
+        return " / ".join("–" if q is None else f"{q:.2f}" for q in counts)
+
+    header = ["System", *(f"{h} acc (95% CI)" for h in hops), f"questions per claim ({' / '.join(hops)})", "n"]
+    body = [[s, *(cell(h, s) for h in hops), questions(s),
+             str(next((by_hop[h][s].get("n") for h in hops if s in by_hop[h]), "–"))] for s in systems]
+    return markdown_table(header, body)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`factrl eval-table [metrics/eval.json] [--dataset demo]`: print the per-hop accuracy table."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="factrl eval-table", description=main.__doc__.split(": ", 1)[1])
+    ap.add_argument("metrics", nargs="?", default="metrics/eval.json")
+    ap.add_argument("--dataset", default="demo")
+    args = ap.parse_args(argv)
+    path = Path(args.metrics)
+    if not path.exists():
+        raise SystemExit(f"{path}: no such metrics file (run the evaluate stage first: dvc repro evaluate)")
+    table = hop_accuracy_markdown(json.loads(path.read_text()), args.dataset)
+    if table is None:
+        raise SystemExit(f"{path}: no rows for dataset {args.dataset!r}")
+    print(f"{args.dataset}: accuracy per hop (percent, bootstrap 95% interval)\n{table}")
+    return 0
+
+
 def render_report(
     rows: Sequence[Mapping],
     *,
@@ -158,6 +207,13 @@ def render_report(
     other = other_datasets_markdown(rows)
     if other:
         parts += ["## Other datasets (percent)", "", other, ""]
+        from factrl.eval.runner import nested_metrics
+
+        nested = nested_metrics(rows)
+        known = {d for d, *_ in TABLE1_COLUMNS}
+        for dataset in [d for d in nested if _dataset_key(d) not in known]:
+            parts += [f"## {dataset}: accuracy per hop (percent, 95% CI)", "",
+                      hop_accuracy_markdown(nested, dataset), ""]
     if rows:
         parts += ["## Bootstrap 95% intervals", "", intervals_markdown(rows), ""]
     if plots:

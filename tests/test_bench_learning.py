@@ -1,0 +1,62 @@
+"""bench/learning.py's report: the keys the learning issue names, pooled intervals, the goals."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
+
+from bench import learning  # noqa: E402
+
+
+def _cells(acc: dict[str, float], n: int = 60, questions: float = 2.0) -> dict:
+    return {hop: {label: {"accuracy": acc[key], "n": n, "avg_questions": questions}
+                  for key, label in learning.SYSTEMS.items()} for hop in learning.HOPS}
+
+
+def _run(trained: float, rag: float = 0.5, warm: float = 0.6, uniform: float = 0.5) -> dict:
+    acc = {"haris_base": 0.45, "haris_warm": warm, "haris_trained": trained, "rag": rag, "single_agent": 0.5}
+    return {"eval": _cells(acc), "unseen": {hop: {learning.SYSTEMS["haris_trained"]: {"accuracy": trained - 0.02,
+                                                                                     "n": 60}}
+                                          for hop in learning.HOPS},
+            "reason_metrics": [[{"step": 1.0, "uniform_group_rate": uniform}]]}
+
+
+def test_report_has_the_issues_keys_and_pools_seeds():
+    runs = [_run(0.9), _run(0.88), _run(0.92)]
+    out = learning.report(runs, {"no_dynamic_sampling": _run(0.7, uniform=0.9)}, dynamic_on=True)
+    assert set(out["accuracy"]) == {"haris_base", "haris_warm", "haris_trained", "rag", "single_agent"}
+    cell = out["accuracy"]["haris_trained"]["2hop"]
+    assert {"mean", "spread", "ci95"} <= set(cell)
+    assert cell["mean"] == pytest.approx(0.9) and cell["spread"] == pytest.approx(0.04)
+    # 180 pooled claims: the interval is narrower than one seed's 60 would give, and holds the mean
+    low, high = cell["ci95"]
+    assert low < 0.9 < high and high - low < 0.11
+    assert out["questions_per_claim"] == {hop: 2.0 for hop in learning.HOPS}
+    assert out["uniform_group_rate"] == {"dynamic_sampling": pytest.approx(0.5), "plain": pytest.approx(0.9)}
+    assert out["ablations"]["no_dynamic_sampling"]["3hop"] == pytest.approx(0.7)
+    assert out["unseen_world"]["4hop"] == pytest.approx(0.88)
+    goals = out["goals"]
+    assert goals["trained_2hop>=0.85"] and goals["above_rag_3hop_by_0.15_disjoint_ci"]
+    assert goals["unseen_within_5pt_2hop"] and goals["rounds_beyond_spread_2hop"]
+    assert not goals["asks_hops_minus_1_4hop"]  # 2 questions per claim cannot verify a 4-hop chain
+
+
+def test_goals_fail_at_chance():
+    out = learning.report([_run(0.5), _run(0.52)], {}, dynamic_on=False)
+    assert not any(v for k, v in out["goals"].items() if k.startswith(("trained_", "above_rag", "rounds_")))
+    assert out["uniform_group_rate"] == {"plain": pytest.approx(0.5)}
+
+
+@pytest.mark.parametrize("name", ["no_warm_start", "llm_teacher", "no_dynamic_sampling", "dynamic_sampling"])
+def test_each_ablation_changes_one_section(name):
+    over = learning.ablation_overrides(name)
+    assert len(over) == 1
+
+
+def test_an_unknown_ablation_is_an_error():
+    with pytest.raises(SystemExit, match="unknown ablation 'no_rounds'"):
+        learning.ablation_overrides("no_rounds")
