@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from factrl.config import WorldParams  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
-from factrl.profiles import merge, read_profile  # noqa: E402
+from factrl.profiles import merge, read_profile, write_params  # noqa: E402
 from _measured import Measurement  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "learning.json"
@@ -97,12 +97,17 @@ def run(cmd: list[str], cwd: Path, log: Path) -> None:
 def clone(work: Path, name: str, params: dict) -> Path:
     """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume)."""
     repo = work / name
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     if not (repo / ".git").exists():
         subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+    here = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    if here != head:  # resuming is for a killed run of the same code, never a mix of two commits
+        raise SystemExit(f"{repo} holds commit {here.strip()[:10]}, this checkout is at {head.strip()[:10]}: "
+                         "use another --work directory")
         shared = ROOT.parent / "shared"
         if shared.exists() and not (work / "shared").exists():
             (work / "shared").symlink_to(shared)
-    (repo / "params.yaml").write_text(json.dumps(params, indent=1))  # JSON is YAML
+    write_params(params, repo / "params.yaml")
     return repo
 
 
@@ -124,7 +129,7 @@ def unseen_world(work: Path, prepare: dict) -> tuple[Path, Path]:
 def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
     """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``; its metrics."""
     path = repo / f"params_{name}.yaml"
-    path.write_text(json.dumps({**params, "evaluate": {**params["evaluate"], **evaluate_section}}, indent=1))
+    write_params({**params, "evaluate": {**params["evaluate"], **evaluate_section}}, path)
     out = repo / "metrics" / f"learning_{name}.json"
     if not out.exists():
         run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 import sys
 import tempfile
@@ -133,7 +132,7 @@ def main() -> None:
     from factrl.data.multihop import world_items
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import cache_dir
-    from factrl.profiles import merge, read_profile
+    from factrl.profiles import merge, read_profile, write_params
     from factrl.recipes import m2r as recipe
     from factrl.retrieval.index import Retriever
     from factrl.rl.trainer import seed_everything
@@ -149,8 +148,7 @@ def main() -> None:
         base_p = dataclasses.replace(base_p, steps=args.steps)
     measured = Measurement(base_p.precision)
     work = Path(tempfile.mkdtemp(prefix="factrl-m2r-"))
-    merged_params = work / "params.yaml"  # params.yaml + the profile: where model.base is read (JSON is YAML)
-    merged_params.write_text(json.dumps(raw))
+    merged_params = write_params(raw, work / "params.yaml")  # params.yaml + the profile: where model.base is read
     base_p = dataclasses.replace(base_p, base_model=resolve_model(base_p.base_model, None, where="m2r.base_model",
                                                                   params_file=merged_params))
     claims, index = world(work / "world")

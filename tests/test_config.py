@@ -140,3 +140,15 @@ def test_repo_params_name_the_base_policy_once(repo_root):
     base = raw["model"]["base"]
     for section in ("warmup", "evaluate", "debate"):
         assert base not in yaml.safe_dump(raw[section]), f"params.yaml: {section} names {base}; write `base`"
+
+
+def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
+    """`lr: 1e-5` is a float to DVC (YAML 1.2) but a string to PyYAML (1.1): both must agree."""
+    path = tmp_path / "params.yaml"
+    path.write_text("train:\n  search: {lr: 1e-5, kl_coef: 5e-03}\n  reasoning: {lr: 2.0e-5}\n")
+    assert yaml.safe_load(path.read_text())["train"]["search"]["lr"] == "1e-5"  # what the loader is given
+    train = config.load_section("train", path)
+    assert (train.search.lr, train.search.kl_coef, train.reasoning.lr) == (1e-5, 5e-3, 2e-5)
+    path.write_text("train:\n  search: {lr: fast}\n")
+    with pytest.raises(config.ConfigError, match=r"train\.search\.lr: expected a number, got 'fast'"):
+        config.load_section("train", path)

@@ -30,6 +30,9 @@ Device = typing.NewType("Device", str)
 """A ``device`` setting: ``auto`` (CUDA when visible, else CPU), ``cpu``, ``cuda`` or ``cuda:N``
 (resolved by :func:`factrl.hardware.resolve_device` where the model loads)."""
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+# A float as YAML 1.2 (DVC) reads it; PyYAML (YAML 1.1) reads the exponent forms without a dot, such as
+# 1e-5, as strings.
+YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
 class ConfigError(ValueError):
@@ -1302,6 +1305,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: {value!r} is not a device; use auto, cpu, cuda or cuda:N")
         return value
     if tp is float:
+        if isinstance(value, str) and YAML12_FLOAT.fullmatch(value.strip()):
+            return float(value)  # `lr: 1e-5`: a float to YAML 1.2 (DVC), a string to PyYAML's 1.1
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)

@@ -62,20 +62,26 @@ def merge(base: Any, override: Any) -> Any:
 def apply_profile(name_or_path: str | Path, params_file: str | Path = PARAMS_FILE,
                   profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
     """Merge a profile into ``params_file``; every section must still load. Returns the merged data."""
-    y = _yaml()
     params_file = Path(params_file)
-    data = y.load(params_file.read_text(encoding="utf-8"))
+    data = _yaml().load(params_file.read_text(encoding="utf-8"))
     profile = read_profile(name_or_path, profiles_dir)
     for section in [s for s in profile if getattr(SECTIONS[s], "MAP_FIELD", None) and s in data]:
         data[section] = profile.pop(section)  # keyed collections (rounds) are replaced whole
     merge(data, profile)
+    write_params(data, params_file)
+    return data
+
+
+def write_params(data: dict[str, Any], params_file: str | Path) -> Path:
+    """Write ``data`` (params sections) as YAML to ``params_file``, atomically, once every section
+    loads (a section that does not load raises :class:`ConfigError` and leaves the file as it was)."""
     buf = io.StringIO()
-    y.dump(data, buf)
-    with atomic_path(params_file) as tmp:
+    _yaml().dump(data, buf)
+    with atomic_path(Path(params_file)) as tmp:
         tmp.write_text(buf.getvalue(), encoding="utf-8")
         for section in data:  # validate before the rename makes it visible
             load_section(section, tmp)
-    return data
+    return Path(params_file)
 
 
 def main(argv: list[str] | None = None) -> int:
