@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from ruamel.yaml import YAML, YAMLError
 
 from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
 
@@ -30,9 +30,6 @@ Device = typing.NewType("Device", str)
 """A ``device`` setting: ``auto`` (CUDA when visible, else CPU), ``cpu``, ``cuda`` or ``cuda:N``
 (resolved by :func:`factrl.hardware.resolve_device` where the model loads)."""
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
-# A float as YAML 1.2 (DVC) reads it; PyYAML (YAML 1.1) reads the exponent forms without a dot, such as
-# 1e-5, as strings.
-YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
 class ConfigError(ValueError):
@@ -1200,13 +1197,16 @@ SECTIONS: dict[str, type] = {
 
 
 def read_params(path: str | Path = PARAMS_FILE) -> dict[str, Any]:
-    """Read the raw params mapping from YAML (errors name the file)."""
+    """Read the raw params mapping from YAML (errors name the file).
+
+    YAML 1.2, as DVC reads params.yaml (ruamel.yaml), so a stage sees the values DVC hashes:
+    PyYAML's YAML 1.1 would read ``lr: 1e-5`` as a string and ``on`` / ``yes`` as booleans."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: params file not found") from None
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections")
@@ -1305,8 +1305,6 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: {value!r} is not a device; use auto, cpu, cuda or cuda:N")
         return value
     if tp is float:
-        if isinstance(value, str) and YAML12_FLOAT.fullmatch(value.strip()):
-            return float(value)  # `lr: 1e-5`: a float to YAML 1.2 (DVC), a string to PyYAML's 1.1
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)
