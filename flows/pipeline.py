@@ -97,7 +97,7 @@ def _eval_table(path: Path) -> list[dict]:
     """metrics/eval.json as table rows (percent), or [] when the evaluate stage has not run."""
     if not path.exists():
         return []
-    from factrl.eval.runner import table_rows
+    from factrl.eval.report import table_rows
 
     return table_rows(json.loads(path.read_text(encoding="utf-8")))
 

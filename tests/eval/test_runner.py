@@ -17,6 +17,7 @@ from factrl.agents.baselines import DECOMPOSE_SYSTEM, SINGLE_AGENT_SYSTEM
 from factrl.agents.haris import REASONING_SYSTEM, SEARCH_SYSTEM
 from factrl.data.schemas import CLAIMS, METRICS, PASSAGES, TRAJECTORIES, validate
 from factrl.eval import runner
+from factrl.eval.report import table_rows
 from factrl.io import write_parquet
 from factrl.llm.base import Completion, TokensUnsupported
 
@@ -222,7 +223,7 @@ def test_nested_metrics_and_table_rows(result):
     assert cell["accuracy"] == pytest.approx(5 / 8) and cell["n"] == 8
     assert cell["ci_low"]["accuracy"] <= cell["accuracy"] <= cell["ci_high"]["accuracy"]
     json.dumps(nested)  # plain JSON
-    rows = runner.table_rows(nested)
+    rows = table_rows(nested)
     assert {(r["hops"], r["system"]) for r in rows} == {(h, s) for h in ("2hop", "3hop")
                                                          for s in ("HARIS test", "Always supports")}
     top = next(r for r in rows if r["hops"] == "2hop" and r["system"] == "HARIS test")

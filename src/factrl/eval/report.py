@@ -9,7 +9,9 @@ also gets a per-hop accuracy table with intervals and questions per claim, which
 prints from metrics/eval.json (`make demo` ends with it).
 
 Input rows follow ``factrl.data.schemas.METRICS``: dataset, system, num_hops, metric, value (a
-fraction in [0, 1]), ci_low, ci_high, n. Metric names are those of ``eval.metrics``.
+fraction in [0, 1]), ci_low, ci_high, n. Metric names are those of ``eval.metrics``. The same rows
+nested (:func:`nested_metrics`) are metrics/eval.json; :func:`table_rows` flattens that file for
+display (the pipeline flow's Prefect table artifact).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ TABLE1_COLUMNS: tuple[tuple[str, int | None, str, str], ...] = (
     ("exfever", 3, "accuracy", "EX-FEVER 3-hop Acc"),
     ("checkwhy", None, "accuracy", "CHECKWHY Acc"),
 )
+TABLE1_DATASETS = frozenset(d for d, *_ in TABLE1_COLUMNS)
 
 # The paper's numbers in percent, in TABLE1_COLUMNS order (Table 1; "Single agent (RL)" is Table 2,
 # which has no CHECKWHY column). Baselines use GPT-4o, Search-o1 QwQ-32B, HARIS / single Qwen3-4B.
@@ -99,8 +102,7 @@ def table1_markdown(rows: Sequence[Mapping], *, reference: bool = True) -> str:
 
 def other_datasets_markdown(rows: Sequence[Mapping]) -> str | None:
     """Accuracy and weighted F1 for datasets outside Table 1 (None when there are none)."""
-    known = {d for d, *_ in TABLE1_COLUMNS}
-    rest = [r for r in rows if _dataset_key(r["dataset"]) not in known]
+    rest = [r for r in rows if _dataset_key(r["dataset"]) not in TABLE1_DATASETS]
     if not rest:
         return None
     idx = _index(rest)
@@ -134,9 +136,48 @@ def intervals_markdown(rows: Sequence[Mapping], metrics: Sequence[str] = ("accur
     return markdown_table(["System", "Dataset", "Hops", "Metric", "Value", "95% CI", "n"], body)
 
 
+def hop_key(num_hops: int | None) -> str:
+    """``2`` -> ``"2hop"``; no hop count (CHECKWHY) -> ``"all"``."""
+    return "all" if num_hops is None else f"{int(num_hops)}hop"
+
+
+def nested_metrics(rows: Iterable[Mapping]) -> dict:
+    """dataset -> hop -> system -> {metric: value, n, ci_low: {metric: v}, ci_high: {metric: v}}."""
+    out: dict = {}
+    for r in rows:
+        cell = out.setdefault(r["dataset"], {}).setdefault(hop_key(r["num_hops"]), {}).setdefault(r["system"], {})
+        cell[r["metric"]] = r["value"]
+        cell["n"] = r["n"]
+        if r.get("ci_low") is not None:
+            cell.setdefault("ci_low", {})[r["metric"]] = r["ci_low"]
+            cell.setdefault("ci_high", {})[r["metric"]] = r["ci_high"]
+    return out
+
+
+def table_rows(nested: Mapping) -> list[dict]:
+    """The nested ``metrics/eval.json`` as flat display rows (percent, 2 decimals; '' where absent):
+    dataset, hops, system, accuracy, its 95% interval, weighted F1, n, avg questions / searches."""
+    def pct(v):
+        return "" if v is None else round(100 * float(v), 2)
+
+    rows = []
+    for dataset, by_hop in nested.items():
+        for hop, by_system in by_hop.items():
+            for system, m in by_system.items():
+                low, high = m.get("ci_low", {}).get("accuracy"), m.get("ci_high", {}).get("accuracy")
+                rows.append({
+                    "dataset": dataset, "hops": hop, "system": system, "accuracy": pct(m.get("accuracy")),
+                    "accuracy_ci95": "" if low is None else f"[{pct(low)}, {pct(high)}]",
+                    "f1_weighted": pct(m.get("f1_weighted")), "n": m.get("n", ""),
+                    "avg_questions": round(float(m.get("avg_questions", 0.0)), 2),
+                    "avg_searches": round(float(m.get("avg_searches", 0.0)), 2),
+                })
+    return rows
+
+
 def hop_accuracy_markdown(nested: Mapping, dataset: str) -> str | None:
     """Accuracy per hop setting with its bootstrap 95% interval, and questions asked per claim, one
-    line per system, for ``dataset`` of ``nested`` (:func:`factrl.eval.runner.nested_metrics`, the
+    line per system, for ``dataset`` of ``nested`` (:func:`nested_metrics`, the
     layout of metrics/eval.json); None when the dataset has no rows. The table `make demo` prints."""
     by_hop = nested.get(dataset)
     if not by_hop:
@@ -156,7 +197,8 @@ def hop_accuracy_markdown(nested: Mapping, dataset: str) -> str | None:
         counts = [by_hop[h][system].get("avg_questions") for h in hops if system in by_hop[h]]
         return " / ".join("–" if q is None else f"{q:.2f}" for q in counts)
 
-    header = ["System", *(f"{h} acc (95% CI)" for h in hops), f"questions per claim ({' / '.join(hops)})", "n"]
+    header = ["System", *(f"{h} acc (95% CI)" for h in hops), f"questions per claim ({' / '.join(hops)})",
+              "n"]
     body = [[s, *(cell(h, s) for h in hops), questions(s),
              str(next((by_hop[h][s].get("n") for h in hops if s in by_hop[h]), "–"))] for s in systems]
     return markdown_table(header, body)
@@ -207,11 +249,8 @@ def render_report(
     other = other_datasets_markdown(rows)
     if other:
         parts += ["## Other datasets (percent)", "", other, ""]
-        from factrl.eval.runner import nested_metrics
-
         nested = nested_metrics(rows)
-        known = {d for d, *_ in TABLE1_COLUMNS}
-        for dataset in [d for d in nested if _dataset_key(d) not in known]:
+        for dataset in [d for d in nested if _dataset_key(d) not in TABLE1_DATASETS]:
             parts += [f"## {dataset}: accuracy per hop (percent, 95% CI)", "",
                       hop_accuracy_markdown(nested, dataset), ""]
     if rows:

@@ -9,7 +9,7 @@ number of questions and searches per claim and the share of claims left without 
 task is binary (SUPPORTS / REFUTES): other labels are dropped before sampling. CHECKWHY has only
 positive claims, so its score is accuracy on them.
 
-Rows follow ``factrl.data.schemas.METRICS``; :func:`nested_metrics` turns them into the
+Rows follow ``factrl.data.schemas.METRICS``; :func:`factrl.eval.report.nested_metrics` turns them into the
 dataset -> hop -> system -> metric mapping of ``metrics/eval.json``. The trajectories of the first
 ``trace_claims`` claims of each (dataset, system) are kept for the trace page, with reward = 1 for a
 correct verdict and 0 otherwise.
@@ -25,7 +25,7 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from factrl.agents.rollout import Trajectory
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
+from factrl.eval.report import nested_metrics
 from factrl.eval.sampling import stratified_sample
 from factrl.llm.backends import add_endpoint_args, parse_spec, routed
 from factrl.registry import Registry
@@ -349,9 +350,9 @@ def free_engine_memory(system: System) -> None:
 
     Every LLM of every evaluated checkpoint stays loaded for the whole run (the weights are
     small and shared by spec), but each engine keeps up to ``max_batch`` slots of key/value states
-    and a prefix cache (about 5 GiB for a 135M model at 2k tokens): held for three checkpoints
-    at once that was 11 GiB of RSS on the demo. A system's engines are idle once it has scored
-    its claims, so their caches go; weights stay."""
+    and a prefix cache of up to 2 GiB: one warmed HARIS pair alone reached 10-12 GB of RSS on the
+    demo, and every checkpoint's engines kept theirs until the run ended. A system's engines are
+    idle once it has scored its claims, so their caches go; weights stay."""
     for llm in getattr(system, "llms", ()):  # systems without local engines (test fakes) have none
         if hasattr(llm, "release"):
             llm.release()
@@ -395,24 +396,6 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
                     [runs[i].questions for i in idx], [runs[i].searches for i in idx],
                     n_boot=n_boot, seed=seed, positive_only=eval_set.positives_only)
     return EvalResult(rows, predictions, traces, seconds)
-
-
-def hop_key(num_hops: int | None) -> str:
-    """``2`` -> ``"2hop"``; no hop count (CHECKWHY) -> ``"all"``."""
-    return "all" if num_hops is None else f"{int(num_hops)}hop"
-
-
-def nested_metrics(rows: Iterable[Mapping]) -> dict:
-    """dataset -> hop -> system -> {metric: value, n, ci_low: {metric: v}, ci_high: {metric: v}}."""
-    out: dict = {}
-    for r in rows:
-        cell = out.setdefault(r["dataset"], {}).setdefault(hop_key(r["num_hops"]), {}).setdefault(r["system"], {})
-        cell[r["metric"]] = r["value"]
-        cell["n"] = r["n"]
-        if r.get("ci_low") is not None:
-            cell.setdefault("ci_low", {})[r["metric"]] = r["ci_low"]
-            cell.setdefault("ci_high", {})[r["metric"]] = r["ci_high"]
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,24 +542,3 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     for kind, path in written.items():
         print(f"{kind}: {path}")
     return 0
-
-
-def table_rows(nested: Mapping) -> list[dict]:
-    """The nested ``metrics/eval.json`` as flat display rows (percent, 2 decimals; '' where absent):
-    dataset, hops, system, accuracy, its 95% interval, weighted F1, n, avg questions / searches."""
-    def pct(v):
-        return "" if v is None else round(100 * float(v), 2)
-
-    rows = []
-    for dataset, by_hop in nested.items():
-        for hop, by_system in by_hop.items():
-            for system, m in by_system.items():
-                low, high = m.get("ci_low", {}).get("accuracy"), m.get("ci_high", {}).get("accuracy")
-                rows.append({
-                    "dataset": dataset, "hops": hop, "system": system, "accuracy": pct(m.get("accuracy")),
-                    "accuracy_ci95": "" if low is None else f"[{pct(low)}, {pct(high)}]",
-                    "f1_weighted": pct(m.get("f1_weighted")), "n": m.get("n", ""),
-                    "avg_questions": round(float(m.get("avg_questions", 0.0)), 2),
-                    "avg_searches": round(float(m.get("avg_searches", 0.0)), 2),
-                })
-    return rows
