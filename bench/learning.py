@@ -38,6 +38,7 @@ Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_t
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -48,10 +49,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from factrl.config import WorldParams  # noqa: E402
+from factrl.config import WorldParams, read_params  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
 from factrl.profiles import merge, read_profile, write_params  # noqa: E402
-from _measured import Measurement  # noqa: E402
+from factrl.rl.curves import read_curve  # noqa: E402
+from _measured import Measurement, git_state  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "learning.json"
 HOPS = ("2hop", "3hop", "4hop")
@@ -76,13 +78,8 @@ def ablation_overrides(name: str) -> dict:
     if name in ("no_dynamic_sampling", "dynamic_sampling"):
         on = name == "dynamic_sampling"
         return {"train": {"search": {"dynamic_sampling": on}, "reasoning": {"dynamic_sampling": on}}}
-    raise SystemExit(f"unknown ablation {name!r}: no_warm_start | llm_teacher | no_dynamic_sampling | dynamic_sampling")
-
-
-def load_yaml(path: Path) -> dict:
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe").load(path.read_text()) or {}
+    raise SystemExit(f"unknown ablation {name!r}: "
+                     "no_warm_start | llm_teacher | no_dynamic_sampling | dynamic_sampling")
 
 
 def run(cmd: list[str], cwd: Path, log: Path) -> None:
@@ -97,12 +94,11 @@ def run(cmd: list[str], cwd: Path, log: Path) -> None:
 def clone(work: Path, name: str, params: dict) -> Path:
     """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume)."""
     repo = work / name
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     if not (repo / ".git").exists():
         subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    here = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    head, here = git_state(ROOT)["commit"], git_state(repo)["commit"]
     if here != head:  # resuming is for a killed run of the same code, never a mix of two commits
-        raise SystemExit(f"{repo} holds commit {here.strip()[:10]}, this checkout is at {head.strip()[:10]}: "
+        raise SystemExit(f"{repo} holds commit {here[:10]}, this checkout is at {head[:10]}: "
                          "use another --work directory")
         shared = ROOT.parent / "shared"
         if shared.exists() and not (work / "shared").exists():
@@ -145,21 +141,14 @@ def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log:
     checkpoints = [{"name": SYSTEMS["haris_base"], "reason": "base", "search": "base"},
                    {"name": SYSTEMS["haris_warm"], "reason": "warm", "search": "warm"},
                    {"name": SYSTEMS["haris_trained"], "reason": "last", "search": "last"}]
-    main = evaluate(repo, params, "eval", {"systems": ["haris", "rag", "single_agent"], "checkpoints": checkpoints},
-                    log)
+    main = evaluate(repo, params, "eval",
+                    {"systems": ["haris", "rag", "single_agent"], "checkpoints": checkpoints}, log)
     unseen_claims, unseen_passages = unseen
     other = evaluate(repo, params, "unseen", {
         "systems": ["haris"], "checkpoints": checkpoints[2:],
         "sets": [{"name": "unseen", "path": str(unseen_claims), "passages": str(unseen_passages)}]}, log)
     train = sorted((repo / "metrics" / "train").glob("reason_r*.csv"))  # stage train_reason@<id>'s steps
-    return {"eval": main["demo"], "unseen": other["unseen"], "reason_metrics": [_csv(p) for p in train]}
-
-
-def _csv(path: Path) -> list[dict]:
-    import csv
-
-    with path.open() as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+    return {"eval": main["demo"], "unseen": other["unseen"], "reason_metrics": [read_curve(p) for p in train]}
 
 
 def accuracy_cell(cells: list[dict]) -> dict:
@@ -196,7 +185,8 @@ def report(main_runs: list[dict], ablation_runs: dict[str, dict], dynamic_on: bo
     if other is not None:
         rates["plain" if dynamic_on else "dynamic_sampling"] = uniform_rate([other])
     trained_acc, rag = accuracy.get("haris_trained", {}), accuracy.get("rag", {})
-    goals = {f"trained_{hop}>={bar}": trained_acc.get(hop, {}).get("mean", 0) >= bar for hop, bar in GOALS.items()}
+    goals = {f"trained_{hop}>={bar}": trained_acc.get(hop, {}).get("mean", 0) >= bar
+             for hop, bar in GOALS.items()}
     for hop in ("3hop", "4hop"):
         if hop in trained_acc and hop in rag:
             goals[f"above_rag_{hop}_by_{ABOVE_RAG}_disjoint_ci"] = (
@@ -205,8 +195,8 @@ def report(main_runs: list[dict], ablation_runs: dict[str, dict], dynamic_on: bo
     warm = accuracy.get("haris_warm", {})
     for hop in trained_acc:
         if hop in warm:
-            goals[f"rounds_beyond_spread_{hop}"] = (
-                trained_acc[hop]["mean"] - warm[hop]["mean"] > max(trained_acc[hop]["spread"], warm[hop]["spread"]))
+            spread = max(trained_acc[hop]["spread"], warm[hop]["spread"])
+            goals[f"rounds_beyond_spread_{hop}"] = trained_acc[hop]["mean"] - warm[hop]["mean"] > spread
     for hop, n in questions.items():
         goals[f"asks_hops_minus_1_{hop}"] = n >= int(hop[0]) - 1
     for hop, cell in unseen.items():
@@ -222,19 +212,23 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ablations", nargs="*", default=["no_warm_start", "llm_teacher", "no_dynamic_sampling"])
     ap.add_argument("--profile", default="", help="a profiles/ name merged over params.yaml (default: the demo)")
-    ap.add_argument("--work", type=Path, default=None, help="where the clones live (kept; default: a temp dir)")
-    ap.add_argument("--smoke", action="store_true", help="tiny profile, one seed, no ablations, a temp output")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where the clones live (kept; default: a temp dir)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny profile, one seed, no ablations, a temp output")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     if args.smoke:
         args.profile, args.seeds, args.ablations = "tiny", args.seeds[:1], []
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="learning-smoke-")) / "learning.json"
-    base = load_yaml(ROOT / "params.yaml")
+    base = read_params(ROOT / "params.yaml")
     if args.profile:
         base = merge(base, dict(read_profile(args.profile, ROOT / "profiles")))
     dynamic_on = bool(base["train"]["reasoning"].get("dynamic_sampling", False))
-    ablations = ["dynamic_sampling" if a == "no_dynamic_sampling" and not dynamic_on else a for a in args.ablations]
+    # the ablation is the other value of dynamic_sampling, whichever the recipe uses
+    ablations = [("dynamic_sampling" if a == "no_dynamic_sampling" and not dynamic_on else a)
+                 for a in args.ablations]
     measured = Measurement(base["train"]["reasoning"].get("precision", "auto"))
     work = args.work or Path(tempfile.mkdtemp(prefix="factrl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -243,12 +237,12 @@ def main() -> None:
     main_runs = []
     for seed in args.seeds:
         print(f"bench/learning: seed {seed} ({work})", flush=True)
-        main_runs.append(one_run(work, f"seed{seed}", merge(json.loads(json.dumps(base)), seed_overrides(seed)),
+        main_runs.append(one_run(work, f"seed{seed}", merge(copy.deepcopy(base), seed_overrides(seed)),
                                  unseen, log))
     ablation_runs = {}
     for name in ablations:
         print(f"bench/learning: ablation {name}", flush=True)
-        params = merge(merge(json.loads(json.dumps(base)), seed_overrides(args.seeds[0])), ablation_overrides(name))
+        params = merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])), ablation_overrides(name))
         ablation_runs[name] = one_run(work, name, params, unseen, log)
     result = report(main_runs, ablation_runs, dynamic_on)
     result |= {"commit": measured.git["commit"], "seeds": args.seeds, "profile": args.profile or "demo",

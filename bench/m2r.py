@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from factrl.config import M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params, resolve_model  # noqa: E402
+from factrl.config import (  # noqa: E402
+    M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params, resolve_model)
 from _measured import Measurement  # noqa: E402
 
 DATASETS = ("demo", "musique", "hotpotqa")
@@ -148,9 +149,9 @@ def main() -> None:
         base_p = dataclasses.replace(base_p, steps=args.steps)
     measured = Measurement(base_p.precision)
     work = Path(tempfile.mkdtemp(prefix="factrl-m2r-"))
-    merged_params = write_params(raw, work / "params.yaml")  # params.yaml + the profile: where model.base is read
-    base_p = dataclasses.replace(base_p, base_model=resolve_model(base_p.base_model, None, where="m2r.base_model",
-                                                                  params_file=merged_params))
+    merged_params = write_params(raw, work / "params.yaml")  # params.yaml + the profile: model.base's home
+    base = resolve_model(base_p.base_model, None, where="m2r.base_model", params_file=merged_params)
+    base_p = dataclasses.replace(base_p, base_model=base)
     claims, index = world(work / "world")
     retriever = Retriever(index, mode="bm25")
     held, train_claims = split_world(claims, args.held)

@@ -89,8 +89,9 @@ def main() -> None:
     raw = merge(dict(read_params(ROOT / "params.yaml").get("train_march") or {}), overrides(args.set))
     params: TrainMarchParams = from_dict(TrainMarchParams, raw, "params.yaml:train_march (with --set)")
     march.check_params(params)
-    params = dataclasses.replace(params, base_model=resolve_model(params.base_model, None, where="train_march.base_model",
-                                                                  params_file=ROOT / "params.yaml"))
+    base = resolve_model(params.base_model, None, where="train_march.base_model",
+                         params_file=ROOT / "params.yaml")
+    params = dataclasses.replace(params, base_model=base)
     measured = Measurement(params.precision)
     variants = {"warmup": True} if args.no_baseline else {"warmup": True, "without_warmup": False}
     runs: dict[str, list[dict]] = {}

@@ -67,8 +67,8 @@ def main(stage_id: str, params_file: str = "params.yaml") -> dict:
 
     stage = recipe.find_stage(load_section("m2r_stages", params_file).stages, int(stage_id))
     params: M2RParams = load_section("m2r", params_file)
-    params = dataclasses.replace(params, base_model=resolve_model(params.base_model, None, where="m2r.base_model",
-                                                                  params_file=params_file))
+    base = resolve_model(params.base_model, None, where="m2r.base_model", params_file=params_file)
+    params = dataclasses.replace(params, base_model=base)
     recipe.reward_function(params.reward)
     claims_path = SEGMENTS / f"{stage.segment}.parquet"
     if not claims_path.exists():

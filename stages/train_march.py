@@ -39,8 +39,8 @@ def main(seed: str, params_file: str = "params.yaml") -> dict:
     if not seed.lstrip("-").isdigit() or int(seed) not in params.seeds:
         raise ConfigError(f"{params_file}:train_march.seeds: no run with seed {seed!r} (seeds: {list(params.seeds)})")
     march.check_params(params, f"{params_file}:train_march")
-    params = dataclasses.replace(params, base_model=resolve_model(params.base_model, None, where="train_march.base_model",
-                                                                  params_file=params_file))
+    base = resolve_model(params.base_model, None, where="train_march.base_model", params_file=params_file)
+    params = dataclasses.replace(params, base_model=base)
     results = train_march(params, int(seed))
     print(f"train_march@{seed}: hallucination {results['before']['hallucination_rate']:.2f} -> "
           f"{results['after']['hallucination_rate']:.2f}, accuracy {results['before']['accuracy']:.2f} -> "
