@@ -54,6 +54,18 @@ def test_world_references_parse_into_the_gold_questions_and_verdict(world):
             assert bridge not in claim["claim"]
             assert not any(bridge in text for text in model_turns[: k + 1]), (bridge, model_turns)
             assert bridge in parse.questions[k + 1]  # ... and the next question names it
+        # after each report, what is left of the claim: the description just resolved replaced by
+        # the bridge found, one "of" fewer each turn, a single fact before the last question
+        body = claim["claim"][0].lower() + claim["claim"][1:].removesuffix(".")
+        first = model_turns[0].split("First: ", 1)[1].split(".</think>")[0]
+        assert first in body and first.count(" of ") == 1
+        lefts = [text.split("Left: ", 1)[1].split(".</think>")[0] for text in model_turns[1:-1]]
+        assert len(lefts) == len(claim["hops"]) - 1
+        for k, left in enumerate(lefts):
+            assert claim["hops"][k]["answer"] in left
+            assert left.count(" of ") == len(claim["hops"]) - 2 - k
+            assert body.endswith(left.split(claim["hops"][k]["answer"], 1)[1])  # the claim's own tail
+        assert "Nothing left: " in model_turns[-1] and "Left: " not in model_turns[0]
     searches = [r for r in kept if r["agent"] == "search"]
     assert searches and len({r["prompt"] for r in searches}) == len(searches)  # one per sub-question
     gold = {h["question"]: h for c in claims for h in c["hops"]}
@@ -193,3 +205,19 @@ def test_teacher_rollouts_resume_from_finished_chunks(tmp_path, monkeypatch):
     again = CountingTeacher()
     assert warmup.teacher_references_resumable(CLAIMS, again, RetrieverTool(OneDoc(), k=3), params, tmp_path) == out
     assert 0 < again.calls < first.calls
+
+
+def test_shrinking_claim_substitutes_each_bridge_and_declines_a_claim_it_cannot_read():
+    from factrl.data.reference import shrinking_claim
+    from factrl.data.world import RELATION
+
+    chain = [(RELATION["soundtrack"], "Fuzul", "Rili Sessions", []),
+             (RELATION["recorded_by"], "Rili Sessions", "Kana Bevox", []),
+             (RELATION["born_in"], "Kana Bevox", "Vuvos", []),
+             (RELATION["located_in"], "Vuvos", "Debix", [])]
+    claim = "The birthplace of the performer of the soundtrack of the film Fuzul lies in Debix."
+    assert shrinking_claim(claim, chain) == (
+        "the soundtrack of the film Fuzul",
+        ["the birthplace of the performer of Rili Sessions lies in Debix",
+         "the birthplace of Kana Bevox lies in Debix", "Vuvos lies in Debix"])
+    assert shrinking_claim("The director of the film Lovel was born in Debix.", chain) is None

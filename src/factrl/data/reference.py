@@ -6,7 +6,8 @@ Two sources, one contract:
 * :func:`world_references`: the demo world's gold chains. For each training claim the reasoning
   agent asks the chain's sub-questions in order; each names the bridge entity the answer before
   it revealed (never one it has not found yet), reads a report stating the fact, restates the fact
-  it learned and ends with the verdict against the claimed final entity. For each sub-question the
+  it learned, rewrites what is left of the claim with that entity in place of the description it
+  resolved, and ends with the verdict against the claimed final entity. For each sub-question the
   search agent searches with the real retriever, reads the real top-k passages and reports the
   fact; a search whose passages miss the gold passage is rejected (``retrieval_miss``), so no
   reference report states a fact its passages do not hold. Deterministic given the claims and the
@@ -82,26 +83,58 @@ def _claimed_end(claim: str, rel) -> str | None:
     return claim[at + len(marker):].removesuffix(".").strip() if at >= 0 else None
 
 
+def shrinking_claim(claim_text: str, chain: list[tuple]) -> tuple[str, list[str]] | None:
+    """The claim's innermost description and what is left of the claim after each bridge is found.
+
+    ``The birthplace of the performer of the soundtrack of the film Fuzul lies in Debix.`` gives
+    ``the soundtrack of the film Fuzul`` (what to ask first) and, after each bridge, the claim with
+    its innermost description replaced by the entity found: ``the birthplace of the performer of
+    Rili Sessions lies in Debix``, ``the birthplace of Kana Bevox lies in Debix``, ``Vuvos lies in
+    Debix``. Returns ``(first, lefts)`` with one entry in ``lefts`` per hop but the last, or None
+    when the claim does not describe the chain's start by the first hop's noun.
+    """
+    body = claim_text[0].lower() + claim_text[1:].removesuffix(".")
+    (rel0, start, _, _) = chain[0]
+    if len(chain) == 1:
+        return body, []
+    at = body.rfind(f"the {rel0.noun} of ")
+    end = body.find(start, at)
+    if at < 0 or end < 0:
+        return None
+    first = inner = body[at:end + len(start)]
+    lefts = []
+    for k, (_, _, answer, _) in enumerate(chain[:-1]):
+        body = body.replace(inner, answer, 1)
+        lefts.append(body)
+        inner = f"the {chain[k + 1][0].noun} of {answer}"
+    return first, lefts
+
+
 def reasoning_turns(claim: dict, chain: list[tuple], claimed: str) -> tuple[list[dict], str]:
     """The reasoning agent's reference turns for ``claim`` along its gold ``chain``, and the verdict.
 
-    It plans the chain without naming a bridge, asks one sub-question per hop (each names the
-    entity the previous report revealed), restates each fact it learns so the next question can
-    copy the bridge, and compares the chain's end with the ``claimed`` entity.
+    It asks first about the claim's innermost description (:func:`shrinking_claim`), and after each
+    report restates the fact and rewrites what is left of the claim with the entity it found in place
+    of the description it resolved; it asks about the new innermost description, until the claim is
+    a single fact, whose answer it compares with the ``claimed`` entity. Every step copies and
+    substitutes; nothing is counted or reversed. Two earlier scaffolds measured worse
+    (docs/runs/warm-start-2026-11-24): a plan of the hops written first (the warmed 135M agent wrote
+    three items for four-hop claims, whose nesting it must reverse, and stopped one hop short), and
+    no plan at all (it asked 3.3 questions on 2-hop claims).
     """
-    (rel0, start, _, _), rest = chain[0], chain[1:]
-    plan = [f"the {rel0.noun} of {start}"] + [f"that {prev[0].dst}'s {rel.noun}" for prev, (rel, *_) in zip(chain, rest)]
+    first, lefts = shrinking_claim(claim["claim"], chain)
     pairs: list[tuple[str, str]] = []
-    opening = f"{THINK}I need {', then '.join(plan)}.</think>"
+    opening = f"{THINK}First: {first}.</think>"
     for k, (rel, subject, answer, _) in enumerate(chain):
         question = rel.question.format(x=subject)
         pairs.append(("model", f"{opening}\n<question>{question}</question>"))
         pairs.append(("env", _fact(rel, subject, answer)))
-        opening = f"{THINK}{_fact(rel, subject, answer)}</think>"
+        if k < len(lefts):
+            opening = f"{THINK}{_fact(rel, subject, answer)} Left: {lefts[k]}.</think>"
     rel, subject, gold, _ = chain[-1]
     verdict = "SUPPORTS" if claimed == gold else "REFUTES"
     comparison = "as the claim says" if verdict == "SUPPORTS" else f"not {claimed}"
-    pairs.append(("model", f"{THINK}{subject} {rel.predicate} {gold}, {comparison}.</think>\n"
+    pairs.append(("model", f"{THINK}{_fact(rel, subject, gold)} Nothing left: {gold}, {comparison}.</think>\n"
                            f"<verification>{VERDICT_BOX[verdict]}</verification>"))
     return _turns(*pairs), verdict
 
@@ -127,7 +160,7 @@ def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> t
     asked: set[str] = set()
     for claim in claims:
         chain = _chain(claim)
-        if chain is None:
+        if chain is None or shrinking_claim(claim["claim"], chain) is None:
             rejected.append(_row(f"{claim['id']}:reasoning", "reasoning", WORLD, claim, claim["claim"], [],
                                  reason="no_chain"))
             continue
