@@ -110,10 +110,12 @@ def shrinking_claim(claim_text: str, chain: list[tuple]) -> tuple[str, list[str]
     return first, lefts
 
 
-def reasoning_turns(claim: dict, chain: list[tuple], claimed: str) -> tuple[list[dict], str]:
-    """The reasoning agent's reference turns for ``claim`` along its gold ``chain``, and the verdict.
+def reasoning_turns(chain: list[tuple], claimed: str,
+                    shrunk: tuple[str, list[str]]) -> tuple[list[dict], str]:
+    """The reasoning agent's reference turns along a claim's gold ``chain``, and the verdict;
+    ``shrunk`` is the claim read by :func:`shrinking_claim`.
 
-    It asks first about the claim's innermost description (:func:`shrinking_claim`), and after each
+    It asks first about the claim's innermost description, and after each
     report restates the fact and rewrites what is left of the claim with the entity it found in place
     of the description it resolved; it asks about the new innermost description, until the claim is
     a single fact, whose answer it compares with the ``claimed`` entity. Every step copies and
@@ -122,19 +124,20 @@ def reasoning_turns(claim: dict, chain: list[tuple], claimed: str) -> tuple[list
     three items for four-hop claims, whose nesting it must reverse, and stopped one hop short), and
     no plan at all (it asked 3.3 questions on 2-hop claims).
     """
-    first, lefts = shrinking_claim(claim["claim"], chain)
+    first, lefts = shrunk
     pairs: list[tuple[str, str]] = []
     opening = f"{THINK}First: {first}.</think>"
     for k, (rel, subject, answer, _) in enumerate(chain):
         question = rel.question.format(x=subject)
+        fact = _fact(rel, subject, answer)
         pairs.append(("model", f"{opening}\n<question>{question}</question>"))
-        pairs.append(("env", _fact(rel, subject, answer)))
+        pairs.append(("env", fact))
         if k < len(lefts):
-            opening = f"{THINK}{_fact(rel, subject, answer)} Left: {lefts[k]}.</think>"
-    rel, subject, gold, _ = chain[-1]
+            opening = f"{THINK}{fact} Left: {lefts[k]}.</think>"
+    gold = chain[-1][2]
     verdict = "SUPPORTS" if claimed == gold else "REFUTES"
     comparison = "as the claim says" if verdict == "SUPPORTS" else f"not {claimed}"
-    pairs.append(("model", f"{THINK}{_fact(rel, subject, gold)} Nothing left: {gold}, {comparison}.</think>\n"
+    pairs.append(("model", f"{THINK}{fact} Nothing left: {gold}, {comparison}.</think>\n"
                            f"<verification>{VERDICT_BOX[verdict]}</verification>"))
     return _turns(*pairs), verdict
 
@@ -160,12 +163,13 @@ def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> t
     asked: set[str] = set()
     for claim in claims:
         chain = _chain(claim)
-        if chain is None or shrinking_claim(claim["claim"], chain) is None:
+        shrunk = None if chain is None else shrinking_claim(claim["claim"], chain)
+        if shrunk is None:
             rejected.append(_row(f"{claim['id']}:reasoning", "reasoning", WORLD, claim, claim["claim"], [],
                                  reason="no_chain"))
             continue
         claimed = _claimed_end(claim["claim"], chain[-1][0])
-        turns, verdict = reasoning_turns(claim, chain, claimed or "")
+        turns, verdict = reasoning_turns(chain, claimed or "", shrunk)
         row = _row(f"{claim['id']}:reasoning", "reasoning", WORLD, claim, claim["claim"], turns, verdict=verdict)
         if not claimed or verdict != claim["label"]:
             rejected.append(row | {"reason": "label_mismatch"})
