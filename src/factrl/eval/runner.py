@@ -361,7 +361,7 @@ def free_engine_memory(system: System) -> None:
 
 
 def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int, seed: int = 0,
-             batch_size: int = 16, n_boot: int = 1000, trace_claims: int = 4) -> EvalResult:
+             batch_size: int = 256, n_boot: int = 1000, trace_claims: int = 4) -> EvalResult:
     """Run every system on every set's sample and score it per hop (see the module docstring)."""
     rows: list[dict] = []
     predictions: list[dict] = []
@@ -494,7 +494,8 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     parser.add_argument("--top-k", type=int, default=3, help="passages per search (default 3, as HARIS)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per agent turn (default 64)")
     parser.add_argument("--max-turns", type=int, default=2, help="questions / searches per rollout (default 2)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="claims per batched system call (see config.EvaluateParams)")
     parser.add_argument("--device", default="auto", help="where the models run: auto (CUDA when visible, else CPU), "
                                                           "cpu, cuda or cuda:N")
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
