@@ -1,0 +1,66 @@
+"""bench/debate.py's pieces that do not run models: the pool it debates with, the ablation entries,
+and the report's keys (the ones the SC-MAKS issue names)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
+
+from _measured import Measurement  # noqa: E402
+from bench import debate as bench  # noqa: E402
+from factrl.config import DebateParams, FitConsensusParams, MemberParams  # noqa: E402
+
+
+def test_members_without_their_model_directory_fall_back_to_smollm2(tmp_path):
+    trained = tmp_path / "models" / "reason_1"
+    trained.mkdir(parents=True)
+    pool = (MemberParams(name="Ada", system="haris", model=str(trained), search_model=str(tmp_path / "gone")),
+            MemberParams(name="Ben", system="rag", model="smollm2-135m"))
+    params, notes = bench.embedded_pool(DebateParams(pool=pool))
+    ada, ben = params.pool
+    assert ada.model == str(trained) and ada.search_model == "smollm2-135m"  # only the missing one moves
+    assert ben.model == "smollm2-135m"
+    assert notes == [f"Ada: {tmp_path / 'gone'} missing -> smollm2-135m"]
+
+
+def test_the_pool_resolves_symbolic_names_as_the_stage_does(repo_root):
+    """`last` in params debate.pool is the last round's checkpoint, never a model literally named so."""
+    from stages.debate import resolve_pool
+
+    params = bench.resolve_pool(bench.load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
+    assert params == resolve_pool(bench.load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
+    assert all(m.model != "last" and m.search_model != "last" for m in params.pool)
+
+
+def _cv(values: list[float]) -> dict:
+    mean = sum(values) / len(values)
+    return {"systems": {"scmaks": {"accuracy": {"mean": mean}, "f1_weighted": {"mean": mean}}},
+            "per_run": [{"metrics": {"scmaks": {"accuracy": v, "f1_weighted": v}}} for v in values]}
+
+
+def test_an_ablation_is_paired_with_the_full_system_run_by_run():
+    full = {"accuracy": [0.8, 0.9, 0.85, 0.8], "f1_weighted": [0.8, 0.9, 0.85, 0.8]}
+    entry = bench.ablation_entry(_cv([0.6, 0.7, 0.65, 0.62]), full)
+    assert entry["accuracy"] == {"mean": pytest.approx(0.6425)}
+    assert entry["vs_full_accuracy"] is not None and entry["vs_full_f1"] is not None
+    assert bench.ablation_entry(_cv([0.6]), full)["vs_full_accuracy"] is None  # nothing to pair
+
+
+def test_report_writes_the_issues_keys(tmp_path):
+    cell = {"mean": 0.7, "std": 0.05, "ci95": [0.6, 0.8]}
+    demo = {"accuracy": {s: cell for s in bench.scmaks.SYSTEMS}, "f1": {s: cell for s in bench.scmaks.SYSTEMS},
+            "latency_vs_single": 2.1, "calls_vs_single": 3.0, "ablations": {"no_coop": {"accuracy": cell}}}
+    args = argparse.Namespace(claims=60, params="params.yaml", smoke=False)
+    out = tmp_path / "debate.json"
+    bench.report({"demo": demo}, DebateParams(), FitConsensusParams(), args, [], out, Measurement(), complete=True)
+    written = json.loads(out.read_text())
+    assert {"accuracy", "latency_vs_single", "calls_vs_single", "ablations", "commit", "measured"} <= set(written)
+    assert set(written["accuracy"]) == {"scmaks", "majority_vote", "uniform_vote", "best_single"}
+    assert set(written["accuracy"]["scmaks"]) == {"mean", "std", "ci95"}
+    assert written["measured"]["cpu_capability"]
