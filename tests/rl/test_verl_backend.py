@@ -195,6 +195,10 @@ def test_export_names_the_bad_row(tmp_path):
 
 def test_dry_run_prints_a_complete_command(tmp_path, repo_root):
     shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    # the demo samples dynamically, which verl 0.9's main_ppo cannot (a clear error); a verl run turns it off
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("train:\n  search: {dynamic_sampling: false}\n  reasoning: {dynamic_sampling: false}\n")
+    apply_profile(plain, tmp_path / "params.yaml", repo_root / "profiles")
     proc = subprocess.run([sys.executable, "-m", "factrl.cli", "train", "--backend", "verl", "--stage",
                            "train_reason@1", "--dry-run"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
