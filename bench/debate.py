@@ -83,6 +83,13 @@ def fever_symmetric(root: Path) -> tuple[pa.Table, Path] | None:
         base / "fever_symmetric_passages.jsonl", root / "fever_index")
 
 
+def load_pool(params_file: str | Path, embedded: bool) -> tuple[DebateParams, list[str]]:
+    """Params ``debate`` with the pool's symbolic model names resolved as stage debate resolves them
+    (``last`` is the last round's checkpoint), and with ``embedded``, :func:`embedded_pool` applied."""
+    params = resolve_pool(load_section("debate", params_file), params_file)
+    return embedded_pool(params) if embedded else (params, [])
+
+
 def embedded_pool(params: DebateParams) -> tuple[DebateParams, list[str]]:
     """Members whose model directory is missing run on SmolLM2 instead (and say so)."""
     notes, pool = [], []
@@ -196,12 +203,9 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
-    dp: DebateParams = resolve_pool(load_section("debate", args.params), args.params)
+    dp, notes = load_pool(args.params, args.embedded)
     measured = Measurement(dp.precision)
     fp: FitConsensusParams = load_section("fit_consensus", args.params)
-    notes: list[str] = []
-    if args.embedded:
-        dp, notes = embedded_pool(dp)
     if args.smoke:
         dp, fp = smoke(dp, fp)
         args.claims = min(args.claims, 12)  # the fewest that leave the 70/15/15 folds non-empty

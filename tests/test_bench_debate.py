@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
 
@@ -29,13 +30,24 @@ def test_members_without_their_model_directory_fall_back_to_smollm2(tmp_path):
     assert notes == [f"Ada: {tmp_path / 'gone'} missing -> smollm2-135m"]
 
 
-def test_the_pool_resolves_symbolic_names_as_the_stage_does(repo_root):
-    """`last` in params debate.pool is the last round's checkpoint, never a model literally named so."""
-    from stages.debate import resolve_pool
-
-    params = bench.resolve_pool(bench.load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
-    assert params == resolve_pool(bench.load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
-    assert all(m.model != "last" and m.search_model != "last" for m in params.pool)
+def test_the_pool_resolves_symbolic_names_as_the_stage_does(tmp_path, monkeypatch):
+    """`last` in params debate.pool is the last round's checkpoint, never a model literally named so;
+    with --embedded only a checkpoint that is not there falls back to SmolLM2."""
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "model": {"base": "smollm2-135m"}, "rounds": {"1": {"prev": 0, "segment": "all"}},
+        "debate": {"pool": [{"name": "Ada", "system": "haris", "model": "last"},
+                            {"name": "Ben", "system": "rag", "model": "base"}]}}))
+    (tmp_path / "models" / "reason_1").mkdir(parents=True)
+    pool, notes = bench.load_pool(params, embedded=False)
+    ada, ben = pool.pool
+    assert (ada.model, ada.search_model, ben.model) == (
+        str(Path("models/reason_1")), str(Path("models/search_1")), "smollm2-135m")
+    assert notes == []
+    pool, notes = bench.load_pool(params, embedded=True)
+    assert (pool.pool[0].model, pool.pool[0].search_model) == (str(Path("models/reason_1")), "smollm2-135m")
+    assert notes == [f"Ada: {Path('models/search_1')} missing -> smollm2-135m"]
 
 
 def _cv(values: list[float]) -> dict:

@@ -29,6 +29,7 @@ from factrl.profiles import apply_profile
 from factrl.recipes import verl_rounds
 from factrl.rl import verl_backend
 from factrl.rl.verl_backend import MAIN_PPO
+from tests.pipeline_repo import edit_params
 
 ROUND = RoundParams(id=1, prev=0, segment="all")
 
@@ -196,9 +197,8 @@ def test_export_names_the_bad_row(tmp_path):
 def test_dry_run_prints_a_complete_command(tmp_path, repo_root):
     shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
     # the demo samples dynamically, which verl 0.9's main_ppo cannot (a clear error); a verl run turns it off
-    plain = tmp_path / "plain.yaml"
-    plain.write_text("train:\n  search: {dynamic_sampling: false}\n  reasoning: {dynamic_sampling: false}\n")
-    apply_profile(plain, tmp_path / "params.yaml", repo_root / "profiles")
+    plain = {"dynamic_sampling": False}
+    edit_params(tmp_path, {"train": {"search": plain, "reasoning": plain}})
     proc = subprocess.run([sys.executable, "-m", "factrl.cli", "train", "--backend", "verl", "--stage",
                            "train_reason@1", "--dry-run"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

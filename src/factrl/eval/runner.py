@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents.rollout import Trajectory
+from factrl.config import EvaluateParams
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.report import nested_metrics
 from factrl.eval.sampling import stratified_sample
@@ -361,7 +362,8 @@ def free_engine_memory(system: System) -> None:
 
 
 def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int, seed: int = 0,
-             batch_size: int = 256, n_boot: int = 1000, trace_claims: int = 4) -> EvalResult:
+             batch_size: int = EvaluateParams.batch_size, n_boot: int = EvaluateParams.n_boot,
+             trace_claims: int = EvaluateParams.trace_claims) -> EvalResult:
     """Run every system on every set's sample and score it per hop (see the module docstring)."""
     rows: list[dict] = []
     predictions: list[dict] = []
@@ -494,12 +496,14 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     parser.add_argument("--top-k", type=int, default=3, help="passages per search (default 3, as HARIS)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per agent turn (default 64)")
     parser.add_argument("--max-turns", type=int, default=2, help="questions / searches per rollout (default 2)")
-    parser.add_argument("--batch-size", type=int, default=256,
+    parser.add_argument("--batch-size", type=int, default=EvaluateParams.batch_size,
                         help="claims per batched system call (see config.EvaluateParams)")
     parser.add_argument("--device", default="auto", help="where the models run: auto (CUDA when visible, else CPU), "
                                                           "cpu, cuda or cuda:N")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--trace-claims", type=int, default=4, help="claims per system on the trace page")
+    parser.add_argument("--n-boot", type=int, default=EvaluateParams.n_boot,
+                        help=f"bootstrap resamples (default {EvaluateParams.n_boot})")
+    parser.add_argument("--trace-claims", type=int, default=EvaluateParams.trace_claims,
+                        help="claims per system on the trace page")
     parser.add_argument("--name", default=None, help="dataset name in the report (default: the claim file's stem)")
     add_endpoint_args(parser)
     args = parser.parse_args(argv)
