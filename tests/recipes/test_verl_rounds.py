@@ -36,7 +36,7 @@ def test_train_search_stage_on_the_verl_backend(tmp_path, repo_root, monkeypatch
     tok.save_pretrained(tmp_path / "models" / "search_0")
     params = yaml.safe_load((repo_root / "params.yaml").read_text())
     params["train"]["verl"]["retriever_port"] = free_port()
-    params["train"]["search"].update(steps=3, retrieval_mode="bm25")
+    params["train"]["search"].update(steps=3, retrieval_mode="bm25", dynamic_sampling=False)  # verl 0.9 has no filter_groups
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(verl_backend, "MAIN_PPO", ("-m", "tests.recipes.fake_main_ppo"))
