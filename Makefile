@@ -46,8 +46,9 @@ $(VENV)/.chromium-tried: | $(BIN)/.installed
 	  || echo "setup: chromium could not be installed (needs apt-get as root): the trace page render test will be skipped"
 	@touch $@
 
-# The default params.yaml is the 2-core demo profile (two rounds of HARIS Algorithm 1, a few GRPO
-# steps each); per-step training curves land in metrics/train/ (`dvc plots show`).
+# The default params.yaml is the 2-core demo profile (the warm start, then one round of HARIS
+# Algorithm 1 with a few gentle GRPO steps); per-step training curves land in metrics/train/
+# (`dvc plots show`).
 demo: setup
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true

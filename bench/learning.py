@@ -100,9 +100,9 @@ def clone(work: Path, name: str, params: dict) -> Path:
     if here != head:  # resuming is for a killed run of the same code, never a mix of two commits
         raise SystemExit(f"{repo} holds commit {here[:10]}, this checkout is at {head[:10]}: "
                          "use another --work directory")
-        shared = ROOT.parent / "shared"
-        if shared.exists() and not (work / "shared").exists():
-            (work / "shared").symlink_to(shared)
+    shared = ROOT.parent / "shared"  # ../shared's real claim data, as beside this checkout
+    if shared.exists() and not (work / "shared").exists():
+        (work / "shared").symlink_to(shared)
     write_params(params, repo / "params.yaml")
     return repo
 
