@@ -52,8 +52,9 @@ $(VENV)/.chromium-tried: | $(BIN)/.installed
 demo: setup
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
-	@echo "metrics:"; $(BIN)/dvc metrics show || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
+	@# every stage's metrics (hundreds of columns: too wide to print here)
+	@echo "all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.md, traces: reports/traces.html"
 
 # More data and steps, 2-hop claims first (profiles/long.yaml merged into params.yaml; at most ~3 h).
 # `git checkout params.yaml` returns to the demo profile.
@@ -61,8 +62,8 @@ demo-long: setup
 	$(BIN)/factrl profile long
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
-	@echo "metrics:"; $(BIN)/dvc metrics show || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
+	@echo "all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.md, traces: reports/traces.html"
 
 # The real claim sets (HOVER, EX-FEVER, CHECKWHY from ../shared/data/haris_eval; params evaluate.real_sets)
 # for the checkpoints of evaluate.checkpoints, apart from `make demo`'s budget: `dvc repro` first (a
