@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
 
@@ -60,3 +62,31 @@ def test_each_ablation_changes_one_section(name):
 def test_an_unknown_ablation_is_an_error():
     with pytest.raises(SystemExit, match="unknown ablation 'no_rounds'"):
         learning.ablation_overrides("no_rounds")
+
+
+def _git_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "README.md").write_text("x\n")
+    for cmd in (["init", "-q"], ["add", "README.md"],
+                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=path, check=True)
+    return path
+
+
+def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_path, monkeypatch, repo_root):
+
+    root = _git_repo(tmp_path / "src" / "main")
+    (tmp_path / "src" / "shared").mkdir()  # ../shared beside the checkout, as in CI
+    monkeypatch.setattr(learning, "ROOT", root)
+    params = yaml.safe_load((repo_root / "params.yaml").read_text())
+    repo = learning.clone(tmp_path / "work", "seed0", params)
+    expected = learning.write_params(params, tmp_path / "expected.yaml").read_text()
+    assert (repo / ".git").exists() and (repo / "params.yaml").read_text() == expected
+    # the clones' ../shared (real claim sets) resolves to the checkout's
+    assert (tmp_path / "work" / "shared").resolve() == (tmp_path / "src" / "shared").resolve()
+    # resuming the same clone is allowed; a clone of another commit is refused
+    learning.clone(tmp_path / "work", "seed0", params)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "y"],
+                   cwd=root, check=True)
+    with pytest.raises(SystemExit, match="use another --work directory"):
+        learning.clone(tmp_path / "work", "seed0", params)
