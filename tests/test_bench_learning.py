@@ -86,7 +86,7 @@ def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_pat
     assert (tmp_path / "work" / "shared").resolve() == (tmp_path / "src" / "shared").resolve()
     # resuming the same clone is allowed; a clone of another commit is refused
     learning.clone(tmp_path / "work", "seed0", params)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "y"],
-                   cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "y"], cwd=root, check=True)
     with pytest.raises(SystemExit, match="use another --work directory"):
         learning.clone(tmp_path / "work", "seed0", params)
