@@ -46,6 +46,9 @@ $(VENV)/.chromium-tried: | $(BIN)/.installed
 	  || echo "setup: chromium could not be installed (needs apt-get as root): the trace page render test will be skipped"
 	@touch $@
 
+# every stage's metrics are hundreds of columns, too wide to print after a run: say where they are
+WHERE_RESULTS = all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.md, traces: reports/traces.html
+
 # The default params.yaml is the 2-core demo profile (the warm start, then one round of HARIS
 # Algorithm 1 with a few gentle GRPO steps); per-step training curves land in metrics/train/
 # (`dvc plots show`).
@@ -53,8 +56,7 @@ demo: setup
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
-	@# every stage's metrics (hundreds of columns: too wide to print here)
-	@echo "all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.md, traces: reports/traces.html"
+	@echo "$(WHERE_RESULTS)"
 
 # More data and steps, 2-hop claims first (profiles/long.yaml merged into params.yaml; at most ~3 h).
 # `git checkout params.yaml` returns to the demo profile.
@@ -63,7 +65,7 @@ demo-long: setup
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
-	@echo "all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.md, traces: reports/traces.html"
+	@echo "$(WHERE_RESULTS)"
 
 # The real claim sets (HOVER, EX-FEVER, CHECKWHY from ../shared/data/haris_eval; params evaluate.real_sets)
 # for the checkpoints of evaluate.checkpoints, apart from `make demo`'s budget: `dvc repro` first (a

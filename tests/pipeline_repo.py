@@ -1,4 +1,5 @@
-"""A throw-away copy of the repository (tracked files only) for DVC and Prefect pipeline tests."""
+"""Throw-away git repositories for tests: a copy of this one (tracked files only) for DVC and Prefect
+pipeline tests, and ``git`` with a test identity for tests that commit."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git *args`` in ``repo`` with a throw-away identity (commits need one); its stdout, stripped."""
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
 
 
 def make_pipeline_repo(src: Path, dest: Path, params_edit: dict) -> Path:

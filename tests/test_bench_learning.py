@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
 
 from bench import learning  # noqa: E402
+from tests.pipeline_repo import git  # noqa: E402
 
 
 def _cells(acc: dict[str, float], n: int = 60, questions: float = 2.0) -> dict:
@@ -64,18 +64,11 @@ def test_an_unknown_ablation_is_an_error():
         learning.ablation_overrides("no_rounds")
 
 
-def _git_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "README.md").write_text("x\n")
-    for cmd in (["init", "-q"], ["add", "README.md"],
-                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
-        subprocess.run(["git", *cmd], cwd=path, check=True)
-    return path
-
-
 def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_path, monkeypatch, repo_root):
-
-    root = _git_repo(tmp_path / "src" / "main")
+    root = tmp_path / "src" / "main"
+    root.mkdir(parents=True)
+    git(root, "init", "-q")
+    git(root, "commit", "-q", "--allow-empty", "-m", "x")
     (tmp_path / "src" / "shared").mkdir()  # ../shared beside the checkout, as in CI
     monkeypatch.setattr(learning, "ROOT", root)
     params = yaml.safe_load((repo_root / "params.yaml").read_text())
@@ -86,7 +79,6 @@ def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_pat
     assert (tmp_path / "work" / "shared").resolve() == (tmp_path / "src" / "shared").resolve()
     # resuming the same clone is allowed; a clone of another commit is refused
     learning.clone(tmp_path / "work", "seed0", params)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
-                    "-m", "y"], cwd=root, check=True)
+    git(root, "commit", "-q", "--allow-empty", "-m", "y")
     with pytest.raises(SystemExit, match="use another --work directory"):
         learning.clone(tmp_path / "work", "seed0", params)

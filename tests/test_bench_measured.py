@@ -3,35 +3,30 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import torch
 
 from bench._measured import Measurement, git_state
 from factrl.hardware import resolve_precision
+from tests.pipeline_repo import git
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def test_record_has_commit_dirty_flag_load_and_cpu(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "code.py").write_text("x = 1\n")
-    _git(repo, "add", "code.py")
-    _git(repo, "commit", "-q", "-m", "one")
+    git(repo, "add", "code.py")
+    git(repo, "commit", "-q", "-m", "one")
     (repo / "scratch.txt").write_text("untracked files do not make a tree dirty\n")
 
     out = Measurement("auto", repo=repo).write({"rate": 1.5}, tmp_path / "results" / "x.json")
     assert json.loads((tmp_path / "results" / "x.json").read_text()) == out and out["rate"] == 1.5
     rec = out["measured"]
-    assert rec["commit"] == _git(repo, "rev-parse", "HEAD") and rec["dirty"] is False
+    assert rec["commit"] == git(repo, "rev-parse", "HEAD") and rec["dirty"] is False
     assert len(rec["load_avg_start"]) == 3 and len(rec["load_avg_end"]) == 3 and rec["wall_seconds"] >= 0
     assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert rec["precision_requested"] == "auto" and rec["precision"] == resolve_precision("auto", "cpu")
@@ -39,8 +34,8 @@ def test_record_has_commit_dirty_flag_load_and_cpu(tmp_path):
 
     (repo / "bench" / "results").mkdir(parents=True)
     (repo / "bench" / "results" / "y.json").write_text("{}")
-    _git(repo, "add", "bench")
-    _git(repo, "commit", "-q", "-m", "a result")
+    git(repo, "add", "bench")
+    git(repo, "commit", "-q", "-m", "a result")
     (repo / "bench" / "results" / "y.json").write_text('{"rate": 2}')  # a benchmark wrote its result
     assert git_state(repo)["dirty"] is False
     (repo / "code.py").write_text("x = 2\n")

@@ -12,10 +12,10 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
 from factrl.rl import verl_backend
 from factrl.servers import free_port
+from tests.pipeline_repo import edit_params
 from tests.stages.test_train import qa_table, tiny_world
 
 
@@ -34,10 +34,9 @@ def test_train_search_stage_on_the_verl_backend(tmp_path, repo_root, monkeypatch
     init = tiny_model(tok)
     init.save_pretrained(tmp_path / "models" / "search_0")
     tok.save_pretrained(tmp_path / "models" / "search_0")
-    params = yaml.safe_load((repo_root / "params.yaml").read_text())
-    params["train"]["verl"]["retriever_port"] = free_port()
-    params["train"]["search"].update(steps=3, retrieval_mode="bm25", dynamic_sampling=False)  # verl 0.9 has no filter_groups
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    search = {"steps": 3, "retrieval_mode": "bm25", "dynamic_sampling": False}  # verl 0.9 has no filter_groups
+    edit_params(tmp_path, {"train": {"verl": {"retriever_port": free_port()}, "search": search}})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(verl_backend, "MAIN_PPO", ("-m", "tests.recipes.fake_main_ppo"))
     monkeypatch.setenv("PYTHONPATH", f"{repo_root}:{repo_root / 'src'}")
