@@ -156,6 +156,10 @@ def measure(claims: pa.Table, index: Path, dp: DebateParams, fp: FitConsensusPar
                          "use more --claims")
     out = {
         "claims": len(fs), "members": fs.members, "single_member": single, "member_opening_accuracy": opening,
+        # SC-MAKS votes over the final stances: a debate that talks the best member out of a right
+        # verdict costs accuracy however the aggregator weighs it
+        "member_final_accuracy": dict(zip(fs.members, map(float, fs.member_accuracy(range(len(fs)))))),
+        "weights_mean": cv["weights_mean"],
         "accuracy": {s: cv["systems"][s]["accuracy"] for s in scmaks.SYSTEMS},
         "f1": {s: cv["systems"][s]["f1_weighted"] for s in scmaks.SYSTEMS},
         "metrics": {s: {m: cv["systems"][s][m] for m in METRICS if m in cv["systems"][s]}

@@ -96,3 +96,15 @@ def test_a_fit_takes_history_from_its_training_claims_only():
     history = fit.features.x[:, :, FEATURES.index("historical_accuracy")]
     assert (history[:, 0] == 1.0).all()
     assert history[0, 1] == pytest.approx(fs.member_accuracy(range(40))[1])
+
+
+def test_cross_validation_reports_the_weight_each_member_earns():
+    from factrl.config import AggregatorParams, CrossValParams, FitConsensusParams, RewardModelParams
+    from factrl.recipes.scmaks import cross_validate
+    from tests.consensus.synthetic import pool
+
+    quick = FitConsensusParams(reward_model=RewardModelParams(epochs=5), aggregator=AggregatorParams(
+        pretrain_steps=50, iterations=5), cv=CrossValParams(folds=2, seeds=(0,)))
+    cv = cross_validate(pool(40, always_right=1), quick)
+    assert [r["best_member"] for r in cv["per_run"]] == ["m1", "m1"]
+    assert cv["weights_mean"]["m1"] > 0.8 and sum(cv["weights_mean"].values()) == pytest.approx(1.0)

@@ -402,10 +402,15 @@ def cross_validate(fs: FeatureSet, params: FitConsensusParams) -> dict:
         if not test or not train:
             continue
         fit = fit_run(fs, train, val, params, seed=params.seed + 1000 * seed + fold)
-        runs.append({"seed": seed, "fold": fold, "n_test": len(test), "metrics": system_metrics(fit, test)})
+        _, weights = predict(fit, test)
+        runs.append({"seed": seed, "fold": fold, "n_test": len(test), "metrics": system_metrics(fit, test),
+                     "best_member": fs.members[fit.best_member],
+                     "weights_mean": dict(zip(fs.members, map(float, weights.mean(axis=0))))})
     out: dict = {"runs": len(runs), "per_run": runs, "systems": {}, "tests": {}}
     if not runs:
         return out
+    # does the aggregator find the strongest member? its mean weight per member over the runs
+    out["weights_mean"] = {m: float(np.mean([r["weights_mean"][m] for r in runs])) for m in fs.members}
     for system in SYSTEMS:
         names = runs[0]["metrics"][system]
         out["systems"][system] = {m: summary([r["metrics"][system][m] for r in runs]) for m in names}
