@@ -195,6 +195,9 @@ class GRPOParams:
         reached; the step then trains on the groups kept (no update when none was).
     max_sampling_draws: with dynamic sampling, at most this many draws of ``prompts_per_step``
         prompts per step, the first included (verl's ``max_num_gen_batches``).
+    balance_by: a prompt field (e.g. ``label``) whose values every draw holds in proportion (each
+        value's prompts spread evenly over the epoch's order); empty = plain shuffled order. A step
+        of claims that are all SUPPORTED pushes every group's advantage toward one verdict.
     """
 
     group_size: int = 5
@@ -227,6 +230,7 @@ class GRPOParams:
     seed: int = 0
     dynamic_sampling: bool = False
     max_sampling_draws: int = 4
+    balance_by: str = ""
 
 
 # --------------------------------------------------------------------------------------------

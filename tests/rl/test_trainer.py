@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -314,6 +315,34 @@ def test_draws_are_functions_of_seed_step_and_draw():
     assert not {1, 2} & set(draw_prompts(10, 8, 1, 4, 1, {1, 2}))
     short = draw_prompts(3, 5, 0, 0, 1)  # fewer prompts than a draw needs: each once, then again
     assert len(short) == 5 and set(short[:3]) == {0, 1, 2} and short[3:] == short[:2]
+
+
+def test_balanced_draws_hold_every_label_in_proportion():
+    labels = ["SUPPORTED"] * 10 + ["NOT_SUPPORTED"] * 10
+    for step in range(12):  # across epoch boundaries (5 steps of 4 per epoch)
+        picked = step_prompts(20, 4, seed=3, step=step, strata=labels)
+        assert sorted(labels[i] for i in picked) == ["NOT_SUPPORTED"] * 2 + ["SUPPORTED"] * 2, step
+    epoch = [i for s in range(5) for i in step_prompts(20, 4, seed=3, step=s, strata=labels)]
+    assert sorted(epoch) == list(range(20))  # still every prompt once per epoch
+    later = draw_prompts(20, 4, 3, 7, 2, {0, 10}, labels)  # a dynamic-sampling draw: balanced too
+    assert sorted(labels[i] for i in later) == ["NOT_SUPPORTED"] * 2 + ["SUPPORTED"] * 2
+    assert not {0, 10} & set(later)
+    # unequal strata: each step about in proportion (1 of 3 prompts is the minority label)
+    skewed = ["a"] * 20 + ["b"] * 10
+    assert all(sum(skewed[i] == "b" for i in step_prompts(30, 6, 0, s, skewed)) == 2 for s in range(5))
+    # no strata: the unstratified order is unchanged (a seeded permutation per epoch)
+    assert step_prompts(20, 4, 3, 1) == np.random.default_rng([3, 0]).permutation(20)[4:8].tolist()
+
+
+def test_balance_by_draws_by_a_prompt_field_and_names_a_missing_one():
+    prompts, rollout, reward, calls = _controlled([True] * 16)
+    prompts = [dict(p, label="S" if p["id"] < 8 else "N") for p in prompts]  # unshuffled: 8 S then 8 N
+    cfg = _cfg(group_size=2, prompts_per_step=4, balance_by="label")
+    for step in range(6):
+        sample_step(cfg, prompts, rollout, reward, step=step)
+    assert all(sorted(prompts[i]["label"] for i in call) == ["N", "N", "S", "S"] for call in calls)
+    with pytest.raises(KeyError, match="balance_by: 'hops' is not a field of training prompt 0"):
+        sample_step(replace(cfg, balance_by="hops"), prompts, rollout, reward, step=0)
 
 
 def test_joint_parts_train_each_role_in_its_own_group():

@@ -134,6 +134,9 @@ def test_local_trainer_settings_without_a_verl_twin(tmp_path):
     train = TrainParams(search=dataclasses.replace(TrainParams().search, dynamic_sampling=True))
     with pytest.raises(ValueError, match="dynamic_sampling is not available on train.backend verl"):
         plan_for("search", train, tmp_path)
+    balanced = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, balance_by="label"))
+    with pytest.raises(ValueError, match="balance_by .'label'. is not available on train.backend verl"):
+        plan_for("reason", balanced, tmp_path)
 
 
 def test_batch_that_splits_a_group_is_refused():

@@ -423,33 +423,65 @@ RewardFn = Callable[[list[Any], list[TrajectoryLike]], list[Any]]
 and ``format_valid`` (``factrl.rewards`` results)."""
 
 
-def step_prompts(num_prompts: int, per_step: int, seed: int, step: int) -> list[int]:
-    """Indices of the prompts of ``step``: consecutive slices of a per-epoch permutation.
+def epoch_order(num_prompts: int, rng: np.random.Generator, strata: Sequence | None = None) -> list[int]:
+    """A random order of ``range(num_prompts)``; with ``strata`` (one label per prompt), a stratified
+    one: each stratum's prompts, in random order, are spread evenly over the whole order (the j-th of a
+    stratum of n sits at ``(j + u) / n`` for a random offset u per stratum), so every consecutive
+    slice holds the strata in about their overall proportions (equal strata alternate)."""
+    if strata is None:
+        return rng.permutation(num_prompts).tolist()
+    if len(strata) != num_prompts:
+        raise ValueError(f"{len(strata)} strata for {num_prompts} prompts")
+    groups: dict = {}
+    for i, s in enumerate(strata):
+        groups.setdefault(s, []).append(i)
+    keyed = []
+    for members in (groups[s] for s in sorted(groups, key=str)):  # sorted: the order is seed-determined
+        offset = rng.random()
+        keyed += [((j + offset) / len(members), int(i)) for j, i in enumerate(rng.permutation(members))]
+    return [i for _, i in sorted(keyed)]
+
+
+def step_prompts(num_prompts: int, per_step: int, seed: int, step: int, strata: Sequence | None = None) -> list[int]:
+    """Indices of the prompts of ``step``: consecutive slices of a per-epoch order (:func:`epoch_order`;
+    stratified by ``strata`` when given, so each step holds the strata in proportion).
 
     A pure function of its arguments, so a resumed run sees the same prompts as an unbroken one.
     """
     if num_prompts < 1:
         raise ValueError("train() needs at least one prompt")
-    perms: dict[int, np.ndarray] = {}
+    orders: dict[int, list[int]] = {}
     out = []
     for k in range(step * per_step, (step + 1) * per_step):
         epoch, pos = divmod(k, num_prompts)
-        if epoch not in perms:
-            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(num_prompts)
-        out.append(int(perms[epoch][pos]))
+        if epoch not in orders:
+            orders[epoch] = epoch_order(num_prompts, np.random.default_rng([seed, epoch]), strata)
+        out.append(int(orders[epoch][pos]))
     return out
 
 
 def draw_prompts(num_prompts: int, per_step: int, seed: int, step: int, draw: int,
-                 drawn: set[int] = frozenset()) -> list[int]:
+                 drawn: set[int] = frozenset(), strata: Sequence | None = None) -> list[int]:
     """Indices of the prompts of draw ``draw`` of ``step``: draw 0 is :func:`step_prompts`; a later
-    draw (dynamic sampling) is a permutation seeded by ``(seed, step, draw)``, prompts not ``drawn``
-    earlier in the step first. A pure function of its arguments, so a resumed run draws the same."""
+    draw (dynamic sampling) is an order seeded by ``(seed, step, draw)`` (stratified by ``strata`` when
+    given), prompts not ``drawn`` earlier in the step first. A pure function of its arguments, so a
+    resumed run draws the same."""
     if draw == 0:
-        return step_prompts(num_prompts, per_step, seed, step)
-    order = np.random.default_rng([seed, step, draw]).permutation(num_prompts).tolist()
+        return step_prompts(num_prompts, per_step, seed, step, strata)
+    order = epoch_order(num_prompts, np.random.default_rng([seed, step, draw]), strata)
     ranked = [i for i in order if i not in drawn] + [i for i in order if i in drawn]
     return [int(ranked[k % num_prompts]) for k in range(per_step)]
+
+
+def prompt_strata(prompts: Sequence[Any], key: str) -> list | None:
+    """Each prompt's ``key`` field (None when ``key`` is empty: no stratification)."""
+    if not key:
+        return None
+    missing = [i for i, p in enumerate(prompts) if not isinstance(p, dict) or key not in p]
+    if missing:
+        raise KeyError(f"balance_by: {key!r} is not a field of training prompt {missing[0]} "
+                       f"({len(missing)} of {len(prompts)} prompts lack it)")
+    return [p[key] for p in prompts]
 
 
 def draw_seed(seed: int, step: int, draw: int) -> int:
@@ -492,11 +524,12 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
     g, per_step = cfg.group_size, cfg.prompts_per_step
     batch = StepBatch([], [], [], [], [], [], 0, 0.0, 0.0)
     drawn: set[int] = set()
+    strata = prompt_strata(prompts, cfg.balance_by)
     max_draws = cfg.max_sampling_draws if cfg.dynamic_sampling else 1
     while batch.draws < max_draws and len(batch.kept) < per_step * g:
         t0 = time.perf_counter()
         seed_everything(draw_seed(cfg.seed, step, batch.draws))
-        picked = draw_prompts(len(prompts), per_step, cfg.seed, step, batch.draws, drawn)
+        picked = draw_prompts(len(prompts), per_step, cfg.seed, step, batch.draws, drawn, strata)
         drawn.update(picked)
         items = [prompts[i] for i in picked]
         trajectories = rollout_fn(items, g)

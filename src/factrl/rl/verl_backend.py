@@ -174,6 +174,10 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
         raise ValueError("dynamic_sampling is not available on train.backend verl: verl 0.9's main_ppo trainer "
                          "ignores algorithm.filter_groups (only its experimental v1 trainer reads it); set "
                          "train.<agent>.dynamic_sampling false or use the local backend")
+    if cfg.balance_by:  # verl draws its batches with its own dataloader sampler
+        raise ValueError(f"balance_by ({cfg.balance_by!r}) is not available on train.backend verl: verl's "
+                         "dataloader shuffles without strata; set train.<agent>.balance_by '' or use the local "
+                         "backend")
     response_length = cfg.max_context_tokens - cluster.max_prompt_length
     if response_length < 1:
         raise ValueError(f"max_context_tokens {cfg.max_context_tokens} leaves no response budget after "
