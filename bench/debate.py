@@ -1,8 +1,19 @@
 """SC-MAKS against majority vote, uniform vote and the best single member -> bench/results/debate.json.
 
-On a generated demo world (its own BM25 index; fictional entities, so held out from any training)
-and, where ../shared/data is present, FEVER-Symmetric (BM25 over its evidence sentences), each with
-``--claims`` label-balanced claims:
+On ``--claims`` label-balanced claims of each dataset of ``--datasets`` (``DATASETS``):
+
+- ``demo``: a generated demo world (its own BM25 index; fictional entities, so held out from any
+  training);
+- ``fever_symmetric``: FEVER-Symmetric dev, BM25 over its evidence sentences;
+- ``climate_fever``: Climate-FEVER's SUPPORTS / REFUTES claims (its NOT ENOUGH INFO and DISPUTED
+  claims have no verdict in the members' label set), BM25 over its evidence sentences, the annotated
+  NOT_ENOUGH_INFO sentences among them as distractors;
+- ``truthfulqa``: TruthfulQA's "Q: ... A: ..." claims (each question's best answer, SUPPORTS, and best
+  incorrect answer, REFUTES). The dataset ships no evidence text, so, as in the SC-MAKS paper, it is
+  closed-book: the members search the FEVER-Symmetric and Climate-FEVER sentences, which hold no
+  TruthfulQA answers, and the verdicts rest on what the models know.
+
+The three real sets come from ../shared/data and are skipped (with a note) where it is absent. On each:
 
 1. the pool of params ``debate.pool`` debates every claim (stage debate's code path) on a cold LLM
    cache, timed and with its backend calls counted per phase and per member;
@@ -18,7 +29,8 @@ most accurate on these claims (the paper's bound: 2.5); ``calls_vs_single``: bac
 The file also records the commit, wall time, peak memory and the machine.
 
 Usage (from the repository root): python bench/debate.py [--claims 60] [--params params.yaml] [--embedded]
-[--no-fever] [--smoke]. The pool's symbolic model names (``last``, ``base``, ...) resolve against the
+[--datasets demo,fever_symmetric,...] [--no-ablations] [--smoke] [--out FILE]. Ablations run on the demo
+world only. The results file's top-level keys are the first dataset's (demo's by default). The pool's symbolic model names (``last``, ``base``, ...) resolve against the
 params file as in stage debate; ``--embedded`` runs every member whose model directory is missing on
 the embedded SmolLM2 (the pipeline's trained checkpoints exist only after ``dvc repro``). ``--smoke``
 is a minutes-long check of the script on a few claims with tiny budgets (written to a temporary file
@@ -72,15 +84,32 @@ def demo_world(root: Path, claims: int, seed: int = 31) -> tuple[pa.Table, Path]
     return pq.read_table(root / "c.parquet"), root / "index"
 
 
-def fever_symmetric(root: Path) -> tuple[pa.Table, Path] | None:
-    base = ROOT.parent / "shared" / "data"
-    if not (base / "fever_symmetric_dev.jsonl").exists():
-        return None
-    from factrl.data.sources import read_claims
+SHARED_DATA = ROOT.parent / "shared" / "data"
+VERDICTS = ("SUPPORTS", "REFUTES")  # the labels every member can answer with
+
+
+def shared_set(claims_file: str, passage_files: tuple[str, ...], root: Path) -> tuple[pa.Table, Path] | None:
+    """A claim file of ../shared/data (its SUPPORTS / REFUTES claims) and a BM25 index over the
+    union of ``passage_files``; None where the data is absent."""
+    from factrl.data.sources import read_claims_jsonl
     from factrl.eval.runner import passages_index
 
-    return read_claims(base / "fever_symmetric_dev.jsonl"), passages_index(
-        base / "fever_symmetric_passages.jsonl", root / "fever_index")
+    files = [SHARED_DATA / f for f in (claims_file, *passage_files)]
+    if not all(f.exists() for f in files):
+        return None
+    corpus = root / ("+".join(Path(f).stem for f in passage_files) + ".jsonl")
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    corpus.write_bytes(b"".join(f.read_bytes() for f in files[1:]))
+    return read_claims_jsonl(files[0], keep_labels=VERDICTS), passages_index(corpus, root / "index")
+
+
+# name -> (claim file, passage files) in ../shared/data; see the module docstring for what each measures
+SHARED_SETS = {
+    "fever_symmetric": ("fever_symmetric_dev.jsonl", ("fever_symmetric_passages.jsonl",)),
+    "climate_fever": ("climatefever_sample.jsonl", ("climatefever_passages.jsonl",)),
+    "truthfulqa": ("truthfulqa_sample.jsonl", ("fever_symmetric_passages.jsonl", "climatefever_passages.jsonl")),
+}
+DATASETS = ("demo", *SHARED_SETS)
 
 
 def load_pool(params_file: str | Path, embedded: bool) -> tuple[DebateParams, list[str]]:
@@ -201,7 +230,8 @@ def main() -> None:
                     help="params file whose debate and fit_consensus sections run")
     ap.add_argument("--embedded", action="store_true",
                     help="members with a missing model directory run on SmolLM2")
-    ap.add_argument("--no-fever", action="store_true", help="skip FEVER-Symmetric")
+    ap.add_argument("--datasets", type=dataset_list, default=DATASETS,
+                    help=f"comma-separated, from {','.join(DATASETS)} (default: all)")
     ap.add_argument("--no-ablations", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a few claims, tiny budgets: checks the script")
     ap.add_argument("--out", default="")
@@ -216,35 +246,51 @@ def main() -> None:
     default_out = Path(tempfile.gettempdir()) / "debate-smoke.json" if args.smoke else RESULTS
     out_path = Path(args.out) if args.out else default_out
     work = Path(tempfile.mkdtemp(prefix="factrl-bench-debate-"))
-    claims, index = demo_world(work / "world", args.claims)
+    datasets: dict = {}
     with contextlib.ExitStack() as stack:
         loader = KeptOpen(stack, dp.precision)
-        demo = balanced_subset(claims, args.claims)
-        datasets = {"demo": measure(demo, index, dp, fp, work / "demo", loader,
-                                    ablations=not args.no_ablations)}
-        report(datasets, dp, fp, args, notes, out_path, measured, complete=args.no_fever)
-        fever = None if args.no_fever else fever_symmetric(work)
-        if fever is not None:
-            datasets["fever_symmetric"] = measure(balanced_subset(fever[0], args.claims), fever[1], dp, fp,
-                                                  work / "fever", loader, ablations=False)
-        report(datasets, dp, fp, args, notes, out_path, measured, complete=True)
+        for name in args.datasets:
+            data = demo_world(work / "world", args.claims) if name == "demo" else shared_set(
+                *SHARED_SETS[name], work / name)
+            if data is None:
+                notes.append(f"{name}: skipped, its files are not in {SHARED_DATA}")
+                continue
+            claims, index = data
+            datasets[name] = measure(balanced_subset(claims, args.claims), index, dp, fp, work / name, loader,
+                                     ablations=name == "demo" and not args.no_ablations)
+            report(datasets, dp, fp, args, notes, out_path, measured, complete=False)  # a stopped run keeps it
     shutil.rmtree(work, ignore_errors=True)
+    if not datasets:
+        raise SystemExit("; ".join(notes))
+    report(datasets, dp, fp, args, notes, out_path, measured, complete=True)
+
+
+def dataset_list(text: str) -> tuple[str, ...]:
+    """``--datasets``: comma-separated names of ``DATASETS``; an unknown name is an error naming it."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in DATASETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown dataset(s) {unknown or [text]}; known: {', '.join(DATASETS)}")
+    return names
 
 
 def report(datasets: dict, dp: DebateParams, fp: FitConsensusParams, args, notes: list[str], out_path: Path,
            measured: Measurement, complete: bool) -> None:
-    """Write the results so far (after each dataset, so a stopped run keeps what it measured)."""
-    demo = datasets["demo"]
-    mean = {s: v["mean"] for s, v in demo["accuracy"].items()}
+    """Write the results so far; the top-level keys are the first dataset's (the demo world's by default)."""
+    first = next(iter(datasets))
+    head = datasets[first]
+    mean = {s: v["mean"] for s, v in head["accuracy"].items()}
     result = {
-        "accuracy": demo["accuracy"], "f1": demo["f1"], "latency_vs_single": demo["latency_vs_single"],
-        "calls_vs_single": demo["calls_vs_single"], "ablations": demo["ablations"], "datasets": datasets,
+        "dataset": first, "accuracy": head["accuracy"], "f1": head["f1"],
+        "latency_vs_single": head["latency_vs_single"], "calls_vs_single": head["calls_vs_single"],
+        "ablations": head["ablations"], "datasets": datasets,
         "goal": {"scmaks_matches_best_single": mean["scmaks"] >= mean["best_single"],
                  "scmaks_beats_majority_vote": mean["scmaks"] > mean["majority_vote"]},
         "commit": measured.git["commit"], "peak_rss_mib": scmaks.peak_rss_mib(),
         "setup": {"claims": args.claims, "params": str(args.params), "smoke": args.smoke, "notes": notes,
                   "pool": [dataclasses.asdict(m) for m in dp.pool], "rounds": dp.rounds,
-                  "cv": dataclasses.asdict(fp.cv), "world": "generated demo world, BM25 top-k"},
+                  "cv": dataclasses.asdict(fp.cv), "datasets": list(args.datasets),
+                  "retrieval": "BM25 top-k over each dataset's own passages (truthfulqa: closed-book, see the bench)"},
         "complete": complete,
     }
     result = measured.write(result, out_path)  # + "measured": wall time, load averages, CPU kind

@@ -68,7 +68,7 @@ def test_report_writes_the_issues_keys(tmp_path):
     cell = {"mean": 0.7, "std": 0.05, "ci95": [0.6, 0.8]}
     demo = {"accuracy": {s: cell for s in bench.scmaks.SYSTEMS}, "f1": {s: cell for s in bench.scmaks.SYSTEMS},
             "latency_vs_single": 2.1, "calls_vs_single": 3.0, "ablations": {"no_coop": {"accuracy": cell}}}
-    args = argparse.Namespace(claims=60, params="params.yaml", smoke=False)
+    args = argparse.Namespace(claims=60, params="params.yaml", smoke=False, datasets=("demo", "truthfulqa"))
     out = tmp_path / "debate.json"
     bench.report({"demo": demo}, DebateParams(), FitConsensusParams(), args, [], out, Measurement(), complete=True)
     written = json.loads(out.read_text())
@@ -76,3 +76,23 @@ def test_report_writes_the_issues_keys(tmp_path):
     assert set(written["accuracy"]) == {"scmaks", "majority_vote", "uniform_vote", "best_single"}
     assert set(written["accuracy"]["scmaks"]) == {"mean", "std", "ci95"}
     assert written["measured"]["cpu_capability"]
+    assert written["dataset"] == "demo" and written["setup"]["datasets"] == ["demo", "truthfulqa"]
+
+
+def test_datasets_are_named_and_an_unknown_name_is_an_error():
+    assert bench.dataset_list("climate_fever, truthfulqa") == ("climate_fever", "truthfulqa")
+    with pytest.raises(argparse.ArgumentTypeError, match="'climate'"):
+        bench.dataset_list("demo,climate")
+
+
+def test_the_real_sets_give_binary_claims_and_an_index_of_their_passages(shared_data, tmp_path):
+    """Climate-FEVER keeps its SUPPORTS / REFUTES claims (DISPUTED and NEI have no verdict here);
+    TruthfulQA, which ships no evidence text, searches the other two sets' sentences (closed-book)."""
+    from factrl.retrieval.index import Retriever
+
+    climate, index = bench.shared_set(*bench.SHARED_SETS["climate_fever"], tmp_path / "climate")
+    assert set(climate.column("label").to_pylist()) == {"SUPPORTS", "REFUTES"} and climate.num_rows == 591
+    assert len(Retriever(index, mode="bm25")) == 5240
+    truthful, index = bench.shared_set(*bench.SHARED_SETS["truthfulqa"], tmp_path / "truthfulqa")
+    assert truthful.num_rows == 790 and set(truthful.column("label").to_pylist()) == {"SUPPORTS", "REFUTES"}
+    assert len(Retriever(index, mode="bm25")) == 5240 + 648

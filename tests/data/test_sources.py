@@ -85,6 +85,28 @@ def test_reads_shared_files(shared_data, name, count):
     assert set(table.column("label").to_pylist()) <= {"SUPPORTS", "REFUTES", "NOT ENOUGH INFO"}
 
 
+def test_keep_labels_skips_other_labels_and_still_checks_kept_rows(tmp_path):
+    lines = [json.dumps(GOOD), json.dumps({"id": "c2", "claim": "x", "label": "DISPUTED"}),
+             json.dumps({"id": "c3", "claim": "y", "label": "NOT ENOUGH INFO"}),
+             json.dumps({"id": "c4", "claim": "z", "label": "refutes"})]
+    path = write_lines(tmp_path / "c.jsonl", lines)
+    table = sources.read_claims_jsonl(path, keep_labels={"SUPPORTS", "REFUTES"})
+    assert table.column("id").to_pylist() == ["c1", "c4"]
+    assert table.column("label").to_pylist() == ["SUPPORTS", "REFUTES"]
+    # a kept row is checked as before: the error names its row and field
+    write_lines(path, [*lines, json.dumps({"id": "c5", "claim": "", "label": "SUPPORTS"})])
+    with pytest.raises(DataError) as info:
+        sources.read_claims_jsonl(path, keep_labels={"SUPPORTS"})
+    assert (info.value.row, info.value.field) == (4, "claim")
+
+
+def test_climate_fever_binary_claims(shared_data):
+    table = sources.read_claims_jsonl(shared_data / "climatefever_sample.jsonl", keep_labels={"SUPPORTS", "REFUTES"})
+    labels = table.column("label").to_pylist()
+    # ../shared/data/README.md: the sample holds 426 SUPPORTS and 165 REFUTES claims
+    assert (labels.count("SUPPORTS"), labels.count("REFUTES"), len(labels)) == (426, 165, 591)
+
+
 def test_hover_labels_map_to_binary(shared_data):
     table = sources.read_claims_jsonl(shared_data / "hover_dev_sample.jsonl")
     labels = table.column("label").to_pylist()

@@ -11,7 +11,7 @@ covers both refuted and unverifiable claims; the HARIS paper scores it as REFUTE
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,16 @@ HUB_LABELS = {
 }
 
 
+def known_label(value: Any) -> str | None:
+    """The factrl label of a source label, or None where factrl has none."""
+    return LABEL_ALIASES.get(value.strip().upper()) if isinstance(value, str) else None
+
+
 def normalize_label(value: Any, file: str, row: int) -> str:
     """Map a source label (string or CHECKWHY-style boolean-ish) to the factrl label set."""
-    if isinstance(value, str) and value.strip().upper() in LABEL_ALIASES:
-        return LABEL_ALIASES[value.strip().upper()]
+    label = known_label(value)
+    if label is not None:
+        return label
     raise DataError(file, row, "label", f"unknown label {value!r}; known: {sorted(LABEL_ALIASES)}")
 
 
@@ -125,10 +131,21 @@ def _source_name(value: Any, file: str) -> str:
     return Path(file).stem if not value or "@" in str(value) else str(value)
 
 
-def read_claims_jsonl(path: str | Path, source: str | None = None) -> pa.Table:
-    """Read a shared-data-format claim file (see ../shared/data/README.md)."""
-    rows = [claim_record(rec, str(path), row, source) for row, rec in iter_jsonl(path)]
-    return validate(pa.Table.from_pylist(rows, schema=CLAIMS), CLAIMS, str(path))
+def read_claims_jsonl(path: str | Path, source: str | None = None,
+                      keep_labels: Collection[str] | None = None) -> pa.Table:
+    """Read a shared-data-format claim file (see ../shared/data/README.md).
+
+    ``keep_labels`` (factrl labels, e.g. ``{"SUPPORTS", "REFUTES"}``) keeps only the claims with one
+    of them and skips the rest, labels factrl does not know included (Climate-FEVER's DISPUTED);
+    without it an unknown label is an error naming the row.
+    """
+    file, rows = str(path), []
+    for row, rec in iter_jsonl(path):
+        if keep_labels is not None and known_label(rec.get("label")) not in keep_labels:
+            continue
+        rows.append(claim_record(rec, file, row, source))
+    return validate(pa.Table.from_pylist(rows, schema=CLAIMS), CLAIMS, file)
+
 
 
 def read_passages_jsonl(path: str | Path, source: str | None = None) -> pa.Table:
