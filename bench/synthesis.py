@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # on a busy 2-core machine the ephemeral Prefect API needs longer than its 20 s default to start
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# as the Makefile: no telemetry from the temporary Prefect server (the machine may have no network)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 sys.path.insert(0, str(ROOT))
 
 from factrl.config import TeacherParams, WorldParams  # noqa: E402

@@ -27,7 +27,7 @@ def claim_of(conversation) -> str:
 
 class DebateFake:
     """``policy(claim, kind) -> "Support" | "Refute" | None`` (None: a malformed reply; ``"loose:Refute"``:
-    a malformed reply that still boxes a verdict), where kind
+    a malformed reply that still boxes a verdict; ``""``: an empty reply), where kind
     is ``open`` (generation phase) or the debate role. ``die_after``: raise :class:`Killed` on the
     batched call that would pass that many requests (a batch is all or nothing)."""
 
@@ -62,6 +62,8 @@ class DebateFake:
         verdict = self.policy(claim_of(conversation), "open" if kind in ("verify", "open") else kind)
         if verdict is None:
             return GARBLE
+        if verdict == "":  # the model stopped at once
+            return ""
         if verdict.startswith("loose:"):  # a verdict inside a malformed answer (text outside the tags)
             return f"Well. <verification>\\boxed{{{verdict[6:]}}}</verification>"
         if kind == "verify":

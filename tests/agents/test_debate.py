@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pyarrow as pa
 import pytest
 
 from factrl.agents import debate
 from factrl.config import DebateParams
+from factrl.data.schemas import DEBATE_TURNS, validate
 from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.llm.counting import CountingLLM
 from tests.debate_fakes import GARBLE, DebateFake, by_label
@@ -81,6 +83,21 @@ def test_malformed_output_is_a_recorded_format_failure(claims, demo_retriever):
         assert GARBLE in turn.text
         # the others still debate, and read Cyd's failure as "no decision"
         assert s.rounds[1].answers["Ada"].format_valid
+
+
+def test_an_empty_reply_is_a_format_failure_and_the_transcripts_stay_valid(claims, demo_retriever):
+    """A member that writes nothing (seen with SmolLM2 on Climate-FEVER) is a recorded format failure;
+    its transcript row has no text (null) instead of stopping the stage at the schema's empty-text check."""
+    items, labels = claims
+    pool = members(labels)
+    pool[2] = debate.Member("Cyd", "rag", DebateFake(lambda c, k: by_label(labels)(c, k) if k == "open" else "",
+                                                      "third"), "third")
+    states = debate.Debate(pool, demo_retriever, PARAMS, ("cooperative",)).run(items)
+    rows = debate.transcript_rows(states, pool, lambda cid: {"split": "eval", "label": "SUPPORTS", "num_hops": 2})
+    table = validate(pa.Table.from_pylist(rows, schema=DEBATE_TURNS), DEBATE_TURNS, "transcripts")
+    empty = [r for r in table.to_pylist() if r["member"] == "Cyd" and r["phase"] == "cooperative"]
+    assert len(empty) == 3 and all(r["text"] is None and not r["format_valid"] and r["error"] for r in empty)
+    assert all(r["verdict"] is None and r["stance"] in ("SUPPORTS", "REFUTES") for r in empty)  # kept its opening
 
 
 def test_malformed_turn_keeps_the_previous_stance(claims, demo_retriever):

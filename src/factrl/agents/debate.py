@@ -503,7 +503,9 @@ def transcript_rows(states: Sequence[ClaimState], members: Sequence[Member], ext
         def row(rnd: int, phase: str, member: str, a: Answer, sample: int = 0) -> dict:
             m = by_name.get(member)
             return base | {"round": rnd, "phase": phase, "member": member, "system": m.system if m else None,
-                           "model": m.model if m else None, "sample": sample} | asdict(a)
+                           "model": m.model if m else None, "sample": sample} | asdict(a) | {
+                # an empty reply is a format failure like any other; the transcripts hold no empty text
+                "text": a.text if a.text and a.text.strip() else None}
 
         for r in s.rounds:
             rows += [row(r.index, r.phase, name, a) for name, a in r.answers.items()]
