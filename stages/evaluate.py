@@ -29,7 +29,7 @@ from typing import Any
 from factrl.config import ConfigError, EvalSetParams, EvaluateParams, load_section, resolve_model
 from factrl.eval import runner
 from factrl.eval.stats import consensus_rows
-from factrl.hardware import resolve_device
+from factrl.hardware import resolve_device, resolve_precision
 
 log = logging.getLogger("stages.evaluate")
 
@@ -138,7 +138,8 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
     base_model = resolve_model(params.base_model, None, where="evaluate.base_model", params_file=params_file)
     device = resolve_device(params.device, key="evaluate.device")
     systems = runner.build_systems(params.systems, checkpoints, base_model,
-                                   load_llm=llm_loader or functools.partial(runner.load_llm, device=device),
+                                   load_llm=llm_loader or functools.partial(
+                                       runner.load_llm, device=device, precision=params.precision),
                                    top_k=params.top_k,
                                    max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
@@ -153,6 +154,8 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
         f"baselines on {base_model}; top-{params.top_k} retrieval ({params.retrieval_mode} over index/, "
         "BM25 over a set's own passages); "
         f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
+        f"local models on {device} in {resolve_precision(params.precision, device)} "
+        f"(precision: {params.precision})",
         f"wall time: {sum(result.seconds.values()):.0f} s",
     ]
     tag = "_real" if real_only else ""

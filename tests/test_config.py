@@ -36,6 +36,7 @@ def test_every_section_of_repo_params_loads(repo_root):
         ({"synthesize": {"teacher": {"device": "cuda:x"}}}, "synthesize.teacher.device: 'cuda:x' is not a device"),
         ({"index": {"device": 0}}, "index.device: 0 is not a device"),
         ({"evaluate": {"device": "CPU"}}, "evaluate.device: 'CPU' is not a device"),
+        ({"evaluate": {"precision": "fp16"}}, "evaluate.precision: 'fp16' is not one of"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, edit, message):

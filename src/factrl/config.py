@@ -808,6 +808,9 @@ class EvaluateParams:
     n_boot: bootstrap resamples of each 95% interval.
     trace_claims: claims per (dataset, system) whose trajectories go to ``reports/traces.html``.
     device: where the evaluated models run: ``auto``, ``cpu``, ``cuda[:n]``.
+    precision: weights of the evaluated local models: ``auto`` (bf16 only where the hardware computes
+        it natively; see ``factrl.hardware``), ``bf16`` or ``fp32`` (e.g. bf16-trained checkpoints
+        decoded in fp32, to tell a training effect from a decoding one).
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
@@ -831,6 +834,7 @@ class EvaluateParams:
     n_boot: int = 1000
     trace_claims: int = 4
     device: Device = "auto"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
 
 
 # --------------------------------------------------------------------------------------------

@@ -105,6 +105,27 @@ def test_real_sets_run_only_when_switched_on_or_alone_into_their_own_outputs(tin
         stage.main("params.yaml", real_only=True, llm_loader=llm)
 
 
+def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):
+    """evaluate.precision reaches every local model the stage loads (bf16-trained checkpoints can be
+    decoded in fp32), and the report says which precision ran."""
+    loaded = []
+
+    def load_llm(spec, device="auto", precision="auto"):
+        loaded.append((spec, precision))
+        return ScriptedLLM()
+
+    monkeypatch.setattr(runner, "load_llm", load_llm)
+    _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris", "rag"], "retrieval_mode": "bm25",
+                                               "n_boot": 20, "trace_claims": 0, "precision": "fp32"})
+    stage.main("params.yaml")
+    assert loaded and {precision for _, precision in loaded} == {"fp32"}
+    assert "in fp32 (precision: fp32)" in (tiny_world / "reports" / "eval.md").read_text()
+
+
+def test_runner_load_llm_gives_the_local_engine_its_precision():
+    assert runner.load_llm("smollm2-135m", device="cpu", precision="fp32").precision == "fp32"
+
+
 def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
     """params.yaml's world and split leave evaluate.per_hop claims per hop setting, half per label."""
     from factrl.data.splits import stratified_split

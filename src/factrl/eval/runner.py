@@ -425,12 +425,13 @@ def passages_index(passages: str | Path, root: str | Path) -> Path:
     return out
 
 
-def load_llm(spec: str, device="auto"):
+def load_llm(spec: str, device="auto", precision: str = "auto"):
     """The LLM of an LLM spec: a local engine for a model directory or an embedded name (on
-    ``device``), or an OpenAI-compatible endpoint (``openai:MODEL@URL``; see ``factrl.llm.backends``)."""
+    ``device``, with ``precision`` weights), or an OpenAI-compatible endpoint (``openai:MODEL@URL``; see
+    ``factrl.llm.backends``)."""
     from factrl.llm.backends import load_llm as load
 
-    return load(spec, device=device)
+    return load(spec, device=device, precision=precision)
 
 
 # --------------------------------------------------------------------------------------------
