@@ -69,10 +69,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def local_llm():
-    """One SmolLM2 engine per test session (loading costs ~5 s)."""
+    """One SmolLM2 engine per test session (loading costs ~5 s), in fp32 on every machine: the engine's
+    exactness tests (a row decodes as it does alone, speculation changes no output) are fp32 properties;
+    `auto` would pick bf16 on a CPU with AVX512-BF16, whose rounding depends on the batch's shape.
+    The bf16 path has tests of its own."""
     from factrl.llm.local import LocalLLM
 
-    return LocalLLM("smollm2-135m", max_batch=16)
+    return LocalLLM("smollm2-135m", max_batch=16, precision="fp32")
 
 
 @pytest.fixture(scope="session")

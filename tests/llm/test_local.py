@@ -159,7 +159,7 @@ def test_load_from_hf_directory(local_llm):
     from factrl.llm.models import resolve_model_path
 
     directory = resolve_model_path("smollm2-135m")  # the converted checkpoint is a plain HF dir
-    llm = LocalLLM(directory)
+    llm = LocalLLM(directory, precision=local_llm.precision)
     assert llm.model_name == directory
     params = SamplingParams(max_tokens=8)
     assert llm.chat([Q1], params)[0][0].token_ids == local_llm.chat([Q1], params)[0][0].token_ids
@@ -208,6 +208,7 @@ def _multi_turn(llm, turns: int = 2, max_tokens: int = 12) -> list[list[int]]:
 def _llm(local_llm, model=None, **kw):
     from factrl.llm.local import LocalLLM
 
+    kw.setdefault("precision", local_llm.precision)  # fp32 (the fixture's): exactness tests compare outputs
     return LocalLLM(model_obj=model or local_llm.model, tokenizer=local_llm.tokenizer, model_name="x", **kw)
 
 
