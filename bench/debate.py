@@ -30,11 +30,11 @@ The file also records the commit, wall time, peak memory and the machine.
 
 Usage (from the repository root): python bench/debate.py [--claims 60] [--params params.yaml] [--embedded]
 [--datasets demo,fever_symmetric,...] [--no-ablations] [--smoke] [--out FILE]. Ablations run on the demo
-world only. The results file's top-level keys are the first dataset's (demo's by default). The pool's symbolic model names (``last``, ``base``, ...) resolve against the
-params file as in stage debate; ``--embedded`` runs every member whose model directory is missing on
-the embedded SmolLM2 (the pipeline's trained checkpoints exist only after ``dvc repro``). ``--smoke``
-is a minutes-long check of the script on a few claims with tiny budgets (written to a temporary file
-unless ``--out`` is given).
+world only. The results file's top-level keys are the first dataset's (demo's by default). The pool's
+symbolic model names (``last``, ``base``, ...) resolve against the params file as in stage debate;
+``--embedded`` runs every member whose model directory is missing on the embedded SmolLM2 (the
+pipeline's trained checkpoints exist only after ``dvc repro``). ``--smoke`` is a minutes-long check of
+the script on a few claims with tiny budgets (written to a temporary file unless ``--out`` is given).
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def shared_set(claims_file: str, passage_files: tuple[str, ...], root: Path) -> 
 SHARED_SETS = {
     "fever_symmetric": ("fever_symmetric_dev.jsonl", ("fever_symmetric_passages.jsonl",)),
     "climate_fever": ("climatefever_sample.jsonl", ("climatefever_passages.jsonl",)),
-    "truthfulqa": ("truthfulqa_sample.jsonl", ("fever_symmetric_passages.jsonl", "climatefever_passages.jsonl")),
+    "truthfulqa": ("truthfulqa_sample.jsonl",
+                   ("fever_symmetric_passages.jsonl", "climatefever_passages.jsonl")),
 }
 DATASETS = ("demo", *SHARED_SETS)
 
@@ -260,7 +261,8 @@ def main() -> None:
             claims, index = data
             datasets[name] = measure(balanced_subset(claims, args.claims), index, dp, fp, work / name, loader,
                                      ablations=name == "demo" and not args.no_ablations)
-            report(datasets, dp, fp, args, notes, out_path, measured, complete=False)  # a stopped run keeps it
+            # after each dataset, so a stopped run keeps what it measured
+            report(datasets, dp, fp, args, notes, out_path, measured, complete=False)
     shutil.rmtree(work, ignore_errors=True)
     if not datasets:
         raise SystemExit("; ".join(notes))
@@ -272,7 +274,8 @@ def dataset_list(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in DATASETS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown dataset(s) {unknown or [text]}; known: {', '.join(DATASETS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown dataset(s) {unknown or [text]}; known: {', '.join(DATASETS)}")
     return names
 
 
@@ -292,7 +295,8 @@ def report(datasets: dict, dp: DebateParams, fp: FitConsensusParams, args, notes
         "setup": {"claims": args.claims, "params": str(args.params), "smoke": args.smoke, "notes": notes,
                   "pool": [dataclasses.asdict(m) for m in dp.pool], "rounds": dp.rounds,
                   "cv": dataclasses.asdict(fp.cv), "datasets": list(args.datasets),
-                  "retrieval": "BM25 top-k over each dataset's own passages (truthfulqa: closed-book, see the bench)"},
+                  "retrieval": "BM25 top-k over each dataset's own passages "
+                               "(truthfulqa: closed-book, see the bench)"},
         "complete": complete,
     }
     result = measured.write(result, out_path)  # + "measured": wall time, load averages, CPU kind

@@ -90,14 +90,16 @@ def test_an_empty_reply_is_a_format_failure_and_the_transcripts_stay_valid(claim
     its transcript row has no text (null) instead of stopping the stage at the schema's empty-text check."""
     items, labels = claims
     pool = members(labels)
-    pool[2] = debate.Member("Cyd", "rag", DebateFake(lambda c, k: by_label(labels)(c, k) if k == "open" else "",
-                                                      "third"), "third")
+    opens_then_silent = lambda c, k: by_label(labels)(c, k) if k == "open" else ""  # noqa: E731
+    pool[2] = debate.Member("Cyd", "rag", DebateFake(opens_then_silent, "third"), "third")
     states = debate.Debate(pool, demo_retriever, PARAMS, ("cooperative",)).run(items)
-    rows = debate.transcript_rows(states, pool, lambda cid: {"split": "eval", "label": "SUPPORTS", "num_hops": 2})
+    rows = debate.transcript_rows(states, pool,
+                                  lambda cid: {"split": "eval", "label": "SUPPORTS", "num_hops": 2})
     table = validate(pa.Table.from_pylist(rows, schema=DEBATE_TURNS), DEBATE_TURNS, "transcripts")
     empty = [r for r in table.to_pylist() if r["member"] == "Cyd" and r["phase"] == "cooperative"]
     assert len(empty) == 3 and all(r["text"] is None and not r["format_valid"] and r["error"] for r in empty)
-    assert all(r["verdict"] is None and r["stance"] in ("SUPPORTS", "REFUTES") for r in empty)  # kept its opening
+    # no verdict of its own; the stance is the opening one it kept
+    assert all(r["verdict"] is None and r["stance"] in ("SUPPORTS", "REFUTES") for r in empty)
 
 
 def test_malformed_turn_keeps_the_previous_stance(claims, demo_retriever):

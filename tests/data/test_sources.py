@@ -101,7 +101,8 @@ def test_keep_labels_skips_other_labels_and_still_checks_kept_rows(tmp_path):
 
 
 def test_climate_fever_binary_claims(shared_data):
-    table = sources.read_claims_jsonl(shared_data / "climatefever_sample.jsonl", keep_labels={"SUPPORTS", "REFUTES"})
+    table = sources.read_claims_jsonl(shared_data / "climatefever_sample.jsonl",
+                                      keep_labels={"SUPPORTS", "REFUTES"})
     labels = table.column("label").to_pylist()
     # ../shared/data/README.md: the sample holds 426 SUPPORTS and 165 REFUTES claims
     assert (labels.count("SUPPORTS"), labels.count("REFUTES"), len(labels)) == (426, 165, 591)

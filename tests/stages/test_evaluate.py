@@ -115,8 +115,8 @@ def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):
         return ScriptedLLM()
 
     monkeypatch.setattr(runner, "load_llm", load_llm)
-    _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris", "rag"], "retrieval_mode": "bm25",
-                                               "n_boot": 20, "trace_claims": 0, "precision": "fp32"})
+    _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris", "rag"], "n_boot": 20,
+                                               "retrieval_mode": "bm25", "trace_claims": 0, "precision": "fp32"})
     stage.main("params.yaml")
     assert loaded and {precision for _, precision in loaded} == {"fp32"}
     assert "in fp32 (precision: fp32)" in (tiny_world / "reports" / "eval.md").read_text()

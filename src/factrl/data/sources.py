@@ -147,7 +147,6 @@ def read_claims_jsonl(path: str | Path, source: str | None = None,
     return validate(pa.Table.from_pylist(rows, schema=CLAIMS), CLAIMS, file)
 
 
-
 def read_passages_jsonl(path: str | Path, source: str | None = None) -> pa.Table:
     """Read a passage file of ``{id, title, text}`` records."""
     file, rows = str(path), []

@@ -385,13 +385,18 @@ def predict(fit: Fit, idx: Sequence[int]) -> tuple[dict[str, list[str | None]], 
     return verdicts, weights
 
 
-def system_metrics(fit: Fit, idx: Sequence[int]) -> dict[str, dict[str, float]]:
-    """:func:`factrl.eval.stats.run_metrics` of every system on claims ``idx`` (CAAR over the
-    stances each system votes on; none for the single member)."""
-    verdicts, _ = predict(fit, idx)
+def system_metrics(fit: Fit, idx: Sequence[int], verdicts: dict[str, list[str | None]]
+                   ) -> dict[str, dict[str, float]]:
+    """:func:`factrl.eval.stats.run_metrics` of every system's ``verdicts`` (:func:`predict`) on
+    claims ``idx`` (CAAR over the stances each system votes on; none for the single member)."""
     fs = fit.features.subset(idx)
     stances = {"scmaks": fs.stance, "majority_vote": fs.opening, "uniform_vote": fs.stance, "best_single": None}
     return {s: run_metrics(fs.labels, verdicts[s], stances[s]) for s in SYSTEMS}
+
+
+def mean_weights(members: Sequence[str], weights: np.ndarray) -> dict[str, float]:
+    """Each member's aggregator weight ``[claims, members]`` averaged over the claims."""
+    return dict(zip(members, map(float, weights.mean(axis=0))))
 
 
 def cross_validate(fs: FeatureSet, params: FitConsensusParams) -> dict:
@@ -402,10 +407,11 @@ def cross_validate(fs: FeatureSet, params: FitConsensusParams) -> dict:
         if not test or not train:
             continue
         fit = fit_run(fs, train, val, params, seed=params.seed + 1000 * seed + fold)
-        _, weights = predict(fit, test)
-        runs.append({"seed": seed, "fold": fold, "n_test": len(test), "metrics": system_metrics(fit, test),
+        verdicts, weights = predict(fit, test)
+        runs.append({"seed": seed, "fold": fold, "n_test": len(test),
+                     "metrics": system_metrics(fit, test, verdicts),
                      "best_member": fs.members[fit.best_member],
-                     "weights_mean": dict(zip(fs.members, map(float, weights.mean(axis=0))))})
+                     "weights_mean": mean_weights(fs.members, weights)})
     out: dict = {"runs": len(runs), "per_run": runs, "systems": {}, "tests": {}}
     if not runs:
         return out
@@ -453,10 +459,10 @@ def fit_consensus(turns: pa.Table, params: FitConsensusParams) -> ConsensusResul
         "plan": dataclasses.asdict(plan), "ablations": list(params.ablations), "members": fs.members,
         "claims": {s: len(fs.split_indices(s)) for s in SPLITS},
         "best_single": fs.members[fit.best_member],
-        "test": system_metrics(fit, test) if test else {},
+        "test": system_metrics(fit, test, verdicts) if test else {},
         "member_accuracy": {m: {"opening": float(o), "final": float(f)} for m, o, f in
                             zip(fs.members, fs.member_accuracy(test, "opening"), fs.member_accuracy(test))},
-        "weights_mean": dict(zip(fs.members, map(float, weights.mean(axis=0)))) if test else {},
+        "weights_mean": mean_weights(fs.members, weights) if test else {},
         "reward_model": {"best_epoch": rm_history.best_epoch, "epochs": len(rm_history.val_loss),
                          "val_auc": auc(fit.reward_model.score(fit.features.subset(val)).reshape(-1),
                                         fit.features.subset(val).correct.reshape(-1)) if val else None},

@@ -442,7 +442,8 @@ def epoch_order(num_prompts: int, rng: np.random.Generator, strata: Sequence | N
     return [i for _, i in sorted(keyed)]
 
 
-def step_prompts(num_prompts: int, per_step: int, seed: int, step: int, strata: Sequence | None = None) -> list[int]:
+def step_prompts(num_prompts: int, per_step: int, seed: int, step: int,
+                 strata: Sequence | None = None) -> list[int]:
     """Indices of the prompts of ``step``: consecutive slices of a per-epoch order (:func:`epoch_order`;
     stratified by ``strata`` when given, so each step holds the strata in proportion).
 

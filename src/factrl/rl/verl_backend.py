@@ -176,8 +176,8 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
                          "train.<agent>.dynamic_sampling false or use the local backend")
     if cfg.balance_by:  # verl draws its batches with its own dataloader sampler
         raise ValueError(f"balance_by ({cfg.balance_by!r}) is not available on train.backend verl: verl's "
-                         "dataloader shuffles without strata; set train.<agent>.balance_by '' or use the local "
-                         "backend")
+                         "dataloader shuffles without strata; set train.<agent>.balance_by '' or use the "
+                         "local backend")
     response_length = cfg.max_context_tokens - cluster.max_prompt_length
     if response_length < 1:
         raise ValueError(f"max_context_tokens {cfg.max_context_tokens} leaves no response budget after "
