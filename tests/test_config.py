@@ -37,6 +37,8 @@ def test_every_section_of_repo_params_loads(repo_root):
         ({"index": {"device": 0}}, "index.device: 0 is not a device"),
         ({"evaluate": {"device": "CPU"}}, "evaluate.device: 'CPU' is not a device"),
         ({"evaluate": {"precision": "fp16"}}, "evaluate.precision: 'fp16' is not one of"),
+        ({"train": {"reasoning": {"require_question": "per_claim"}}},
+         "train.reasoning.require_question: 'per_claim' matches none of"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, edit, message):
@@ -153,3 +155,10 @@ def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
     path.write_text("train:\n  search: {lr: fast}\n")
     with pytest.raises(config.ConfigError, match=r"train\.search\.lr: expected a number, got 'fast'"):
         config.load_section("train", path)
+
+
+@pytest.mark.parametrize("rule", [False, True, "per_hop"])
+def test_require_question_takes_a_bool_or_per_hop(tmp_path, rule):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"train": {"reasoning": {"require_question": rule}}}))
+    assert config.load_section("train", path).reasoning.require_question == rule

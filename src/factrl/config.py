@@ -289,8 +289,9 @@ class ReasonTrainParams(AgentTrainParams):
     search_max_new_tokens: tokens L_r generates per turn.
     search_temperature: L_r's sampling temperature (0 = greedy: the environment stays stable
         while H learns).
-    require_question: "ask before you decide" (not in the paper; an ablation): a verdict with no
-        question on a multi-hop claim counts as an invalid format (reward 0).
+    require_question: "ask before you decide" (not in the paper; an ablation): ``true``, a verdict
+        with no question on a multi-hop claim counts as an invalid format (reward 0); ``per_hop``,
+        one with fewer than hops - 1 questions (one per bridge entity) does.
     reward: the reward's name in ``factrl.rewards.registry``, called like ``haris_reasoning``:
         ``haris_reasoning`` (R_high, the paper's eq. 1) or ``maporl_reasoning`` (MAPoRL's rule
         verifier behind its reward-hacking guards: no box, text after the box, fewer than 50 tokens,
@@ -301,7 +302,7 @@ class ReasonTrainParams(AgentTrainParams):
     search_max_turns: int = 2
     search_max_new_tokens: int = 128
     search_temperature: float = 0.0
-    require_question: bool = False
+    require_question: bool | Literal["per_hop"] = False
     reward: str = "haris_reasoning"
 
 

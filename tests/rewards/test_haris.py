@@ -92,6 +92,30 @@ def test_ask_before_you_decide(response, num_hops, expected):
         assert off.format_valid
 
 
+TWO_QUESTIONS = REASONING_OK.replace(
+    "<think>London", "<question>Is London in England?</question><result>Yes.</result><think>London")
+
+
+@pytest.mark.parametrize(
+    ("response", "num_hops", "valid"),
+    [
+        (REASONING_OK, 2, True),  # one bridge, one question
+        (REASONING_OK, 3, False),  # two bridges, one question: `true` would accept it
+        (TWO_QUESTIONS, 3, True),
+        (TWO_QUESTIONS, 4, False),
+        (GUESS, 1, True),
+        (GUESS, None, True),
+    ],
+)
+def test_ask_one_question_per_bridge(response, num_hops, valid):
+    r = reasoning_reward(response.format(verdict="Support"), "SUPPORTS", num_hops=num_hops,
+                         require_question="per_hop")
+    assert (r.format_valid, r.score) == (valid, 1.0 if valid else 0.0)
+    if num_hops == 3 and response is REASONING_OK:  # what tells per_hop from true
+        assert reasoning_reward(response.format(verdict="Support"), "SUPPORTS", num_hops=3,
+                                require_question=True).format_valid
+
+
 def test_reasoning_reward_rejects_unknown_label():
     with pytest.raises(ValueError, match="unknown gold label"):
         reasoning_reward(REASONING_OK.format(verdict="Support"), "MAYBE")

@@ -165,9 +165,9 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
     return rollout
 
 
-def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: bool = False) -> Callable:
+def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: bool | str = False) -> Callable:
     """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
-    ``require_question``: a verdict without a question on a multi-hop claim is an invalid format."""
+    ``require_question``: the "ask before you decide" rule (``rewards.haris.questions_required``)."""
     fn = get_reward(reward, key="train.reasoning.reward")
 
     def score(items: list[dict], trajectories: list) -> list:

@@ -132,7 +132,8 @@ def reward_item(data_source: str, ground_truth: str, extra_info: dict) -> dict:
 
 
 @functools.cache
-def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model: str, require_question: bool):
+def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model: str,
+               require_question: bool | str):
     if data_source == SEARCH:
         return haris_rounds.search_reward_fn(haris_rounds.search_judge(judge, judge_threshold, judge_model), SEARCH)
     return haris_rounds.reasoning_reward_fn(data_source, require_question=require_question)
@@ -140,7 +141,7 @@ def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, *,
                   judge: str = "rule", judge_threshold: float = 0.8, judge_model: str = "",
-                  require_question: bool = False, **_: Any) -> dict:
+                  require_question: bool | str = False, **_: Any) -> dict:
     """verl's reward hook: the score of one response (``{"score": ..., **parts}``).
 
     ``judge`` / ``judge_threshold`` / ``judge_model`` choose the search agent's usefulness judge
@@ -149,6 +150,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     ``reward.custom_reward_function.reward_kwargs``); other keyword arguments verl passes are ignored.
     """
     item = reward_item(data_source, ground_truth, dict(plain(extra_info) or {}))
-    fn = _reward_fn(data_source, judge, float(judge_threshold), judge_model, bool(require_question))
+    fn = _reward_fn(data_source, judge, float(judge_threshold), judge_model, require_question)
     [result] = fn([item], [SimpleNamespace(response_text=solution_str)])
     return {"score": float(result.score), **{k: float(v) for k, v in result.parts.items()}}

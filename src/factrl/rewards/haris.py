@@ -14,7 +14,7 @@ The judge is pluggable: anything with ``judge(items) -> list[bool]`` where each 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from factrl.agents.protocol import REFUTES, SUPPORTS, parse_reasoning, parse_search
 from factrl.rewards.registry import RewardResult, register
@@ -40,18 +40,37 @@ def binary_label(label: str) -> str:
         raise ValueError(f"unknown gold label {label!r}; expected one of {sorted(_GOLD)}") from None
 
 
+QuestionRule = bool | Literal["per_hop"]
+
+
+def questions_required(num_hops: int | None, require_question: QuestionRule) -> int:
+    """Questions a reasoning response must ask before its verdict counts as a valid format.
+
+    ``require_question`` ("ask before you decide", not in the paper): ``False`` none (the paper);
+    ``True`` one on a multi-hop claim; ``"per_hop"`` one per bridge, ``num_hops - 1``. An unknown
+    hop count (``None``) or a one-hop claim requires none."""
+    hops = num_hops or 0
+    if require_question is False or hops < 2:
+        return 0
+    if require_question == "per_hop":
+        return hops - 1
+    if require_question is True:
+        return 1
+    raise ValueError(f"require_question {require_question!r}: expected false, true or 'per_hop'")
+
+
 @register("haris_reasoning")
 def reasoning_reward(response: str, label: str, *, num_hops: int | None = None,
-                     require_question: bool = False) -> RewardResult:
+                     require_question: QuestionRule = False) -> RewardResult:
     """R_high of one reasoning-agent response (generated text with injected results) against ``label``.
 
-    ``require_question`` ("ask before you decide", not in the paper): on a multi-hop claim
-    (``num_hops`` >= 2) a verdict reached without asking a single question counts as an invalid
-    format (R = 0), so guessing can no longer earn the 0.1 format reward or the 1 of a lucky verdict.
+    ``require_question`` ("ask before you decide", not in the paper; :func:`questions_required`): a
+    verdict reached with fewer questions than the rule asks counts as an invalid format (R = 0), so
+    guessing can no longer earn the 0.1 format reward or the 1 of a lucky verdict.
     """
     gold = binary_label(label)
     parsed = parse_reasoning(response)
-    valid = parsed.format_valid and not (require_question and (num_hops or 0) >= 2 and not parsed.questions)
+    valid = parsed.format_valid and len(parsed.questions) >= questions_required(num_hops, require_question)
     correct = valid and parsed.verdict == gold
     if not valid:
         score = INVALID
