@@ -100,8 +100,9 @@ def test_compute_score_is_the_local_trainers_reward():
     # per_hop reaches the reward as the rule itself (one question per bridge), not as a truthy flag
     one_question = ("<think>a</think><question>Who?</question><result>B.</result>"
                     "<verification>\\boxed{Support}</verification>")
-    got = reward_hook(require_question="per_hop")(data_source=REASONING, solution_str=one_question,
-                                                  ground_truth="SUPPORTS", extra_info={"index": 0, "num_hops": 3})
+    per_hop = reward_hook(require_question="per_hop")
+    got = per_hop(data_source=REASONING, solution_str=one_question, ground_truth="SUPPORTS",
+                  extra_info={"index": 0, "num_hops": 3})
     assert got["score"] == 0.0 and got["format"] == 0.0
     hook = reward_hook(judge="rule", judge_threshold=0.5)
     local = haris_rounds.search_reward_fn(haris_rounds.search_judge("rule", 0.5, ""))

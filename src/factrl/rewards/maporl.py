@@ -110,7 +110,8 @@ def verifier_rewards(shape: str, verifier, answers: Sequence[Sequence[str]] | No
 
 @register("maporl_reasoning")
 def reasoning_verifier_reward(response: str, label: str, *, num_hops: int | None = None,
-                              require_question: bool | str = False, min_tokens: int = MIN_TOKENS) -> RewardResult:
+                              require_question: bool | str = False,
+                              min_tokens: int = MIN_TOKENS) -> RewardResult:
     """HARIS's reasoning agent scored the MAPoRL way (same call as ``haris_reasoning``): the rule
     verifier (1 for the gold verdict in a valid format, else 0) behind the hacking guards, applied to
     the agent's own text (injected ``<result>`` spans left out)."""
