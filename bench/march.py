@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,7 @@ import yaml  # noqa: E402
 
 from factrl.config import TrainMarchParams, from_dict, read_params, resolve_model  # noqa: E402
 from factrl.eval.stats import summary  # noqa: E402
+from factrl.io import write_json  # noqa: E402
 from factrl.profiles import merge  # noqa: E402
 from factrl.recipes import march  # noqa: E402
 from _measured import Measurement  # noqa: E402
@@ -74,9 +76,24 @@ def aggregate(runs: list[dict]) -> dict:
     h, a = out["hallucination_rate"], out["accuracy"]
     half = len(out["proposals_per_answer"]) // 2
     first, last = out["proposals_per_answer"][:max(half, 1)], out["proposals_per_answer"][half:]
-    out["goal"] = {"hallucination_halved": h["after"] <= h["before"] / 2, "accuracy_not_lower": a["after"] >= a["before"],
+    # halving needs something to halve: a policy that never hallucinated before training has not
+    # met the goal by staying at 0 (before == 0 is reported, not counted as a pass)
+    out["goal"] = {"hallucination_halved": h["before"] > 0 and h["after"] <= h["before"] / 2,
+                   "hallucination_before_is_zero": h["before"] == 0,
+                   "accuracy_not_lower": a["after"] >= a["before"],
                    "proposals_not_falling": sum(last) / max(len(last), 1) >= sum(first) / max(len(first), 1)}
     return out
+
+
+def reaggregate(path: Path) -> None:
+    """Rewrite the summaries of an existing results file from its ``per_seed`` runs, after a change
+    to :func:`aggregate`; the runs, ``commit`` and ``measured`` stay those of the run that made them."""
+    result = json.loads(path.read_text())
+    result |= aggregate(result["per_seed"]["warmup"])
+    if "without_warmup" in result["per_seed"]:
+        result["without_warmup"] = aggregate(result["per_seed"]["without_warmup"])
+    write_json(result, path)
+    print(f"bench/march: re-aggregated {path}")
 
 
 def main() -> None:
@@ -85,7 +102,12 @@ def main() -> None:
     ap.add_argument("--no-baseline", action="store_true", help="skip the runs without the warm start")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override train_march keys")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "march.json"))
+    ap.add_argument("--reaggregate", action="store_true",
+                    help="recompute the summary keys of --out from its per_seed runs (no model call)")
     args = ap.parse_args()
+    if args.reaggregate:
+        reaggregate(Path(args.out))
+        return
     raw = merge(dict(read_params(ROOT / "params.yaml").get("train_march") or {}), overrides(args.set))
     params: TrainMarchParams = from_dict(TrainMarchParams, raw, "params.yaml:train_march (with --set)")
     march.check_params(params)

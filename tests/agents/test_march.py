@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from factrl.agents import march
@@ -70,6 +70,7 @@ _QUESTION = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"),
 
 @given(st.lists(st.tuples(_QUESTION, st.integers(min_value=0, max_value=10**7)), min_size=1, max_size=5))
 def test_proposals_round_trip(pairs):
+    assume(all(str(n) not in extract_numbers(q) for q, n in pairs))  # stating its own answer is invalid
     parsed = parse_proposals(proposer_text([(q, str(n)) for q, n in pairs]))
     assert parsed.format_valid, parsed.error
     assert parsed.pairs == tuple((q.strip(), str(n)) for q, n in pairs)
@@ -94,6 +95,10 @@ def test_proposal_parser_never_raises_on_any_text(text):
     ("- Question: How long? [Answer: 10-20]", False, ()),  # a range is not one number
     ("- Question: How long? [Answer: Cannot answer]", False, ()),
     ("- Question: unclosed [Answer: 12", False, ()),
+    # the hack the first bench run's policy learned: the question hands the checker its answer
+    ("- Question: In which year was Kifo Hokun born in Tapen in 1892? [Answer: 1892]", False, ()),
+    ("- Question: How many of the 1,200 seats were sold? [Answer: 1200]", False, ()),
+    ("- Question: What did it cost in 1990? [Answer: $45]", True, (("What did it cost in 1990?", "45"),)),
 ])
 def test_proposal_parser_on_crafted_output(text, valid, pairs):
     parsed = parse_proposals(text)

@@ -136,8 +136,10 @@ class CheckerParse:
 
 def parse_proposals(text: str) -> ProposalParse:
     """Pairs of a proposer response. Valid: every non-blank line a ``Question: ... [Answer: n]`` whose
-    answer is one number, or the whole response ``None`` (no number to check); anything else is
-    invalid and keeps the well-formed pairs it has."""
+    answer is one number that the question does not state, or the whole response ``None`` (no number
+    to check); anything else is invalid and keeps the well-formed pairs it has. A question that
+    carries its own answer ("... born in 1892?" -> 1892) would hand the solver's number to the blinded
+    checker: the first bench run's policy learned exactly that, so such a pair is a format error."""
     try:
         if not isinstance(text, str) or not text.strip():
             return ProposalParse((), False, "empty response")
@@ -153,6 +155,8 @@ def parse_proposals(text: str) -> ProposalParse:
                 error = error or f"line {i}: not a 'Question: ... [Answer: n]' pair"
             elif number is None:
                 error = error or f"line {i}: answer {m.group('a').strip()!r} is not one number"
+            elif number in extract_numbers(m.group("q")):
+                error = error or f"line {i}: the question states its own answer {number}"
             else:
                 pairs.append((m.group("q").strip(), number))
         return ProposalParse(tuple(pairs), error is None, error)
