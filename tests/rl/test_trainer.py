@@ -303,6 +303,18 @@ def test_dynamic_sampling_with_no_mixed_group_skips_the_update_but_logs_the_step
     assert _rows(tmp_path / "none" / "metrics.csv")[1]["kept_groups"] == "0.0"
 
 
+def test_a_step_with_only_uniform_groups_makes_no_update(tok, tiny, tmp_path):
+    """Without dynamic sampling too: all-equal rewards leave every advantage 0, and an update would
+    only apply weight decay (AdamW's default here, as verl's) and what Adam makes of that."""
+    prompts, rollout, reward, calls = _controlled([False] * 4)
+    cfg = replace(_cfg(group_size=2, prompts_per_step=2, steps=2, checkpoint_every=1), weight_decay=0.01)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    rows = train(GRPOTrainer(tiny, tok, cfg), prompts, rollout, reward, tmp_path / "flat")
+    assert [r["updates"] for r in rows] == [0, 0]
+    assert all(torch.equal(v, before[k]) for k, v in tiny.state_dict().items())
+    assert all(r["reward_mean"] == 0.5 and r["response_length"] == 2 for r in rows)  # still logged
+
+
 def test_draw_cap_must_allow_one_draw(tok, tiny):
     with pytest.raises(ValueError, match="max_sampling_draws must be >= 1"):
         GRPOTrainer(tiny, tok, _cfg(dynamic_sampling=True, max_sampling_draws=0))
