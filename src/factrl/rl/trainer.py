@@ -674,7 +674,8 @@ def train(
             row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
                        response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])))
         if cfg.dynamic_sampling:
-            row.update(kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
+            row.update(kept_groups=float(len(batch.kept) // cfg.group_size),
+                       sampling_draws=float(batch.draws))
         if batch.valid is not None:  # only reward functions that judge format report it
             row["format_valid_rate"] = float(np.mean(batch.valid))
         row.update(part_rates(batch.results))
