@@ -37,6 +37,7 @@ from factrl.config import (AgentTrainParams, GRPOParams, ReasonTrainParams, Roun
                            chain_entry)
 from factrl.config import checkpoint_of  # noqa: F401 - the stages' models/<agent>_<r>, named once in config
 from factrl.io import atomic_path
+from factrl.rewards.haris import QuestionRule
 from factrl.rewards.registry import get_reward
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -165,7 +166,8 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
     return rollout
 
 
-def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: bool | str = False) -> Callable:
+def reasoning_reward_fn(reward: str = "haris_reasoning", *,
+                        require_question: QuestionRule = False) -> Callable:
     """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
     ``require_question``: the "ask before you decide" rule (``rewards.haris.questions_required``)."""
     fn = get_reward(reward, key="train.reasoning.reward")

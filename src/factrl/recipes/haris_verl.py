@@ -35,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import register
 from factrl.agents import haris
 from factrl.agents.tools import RetrieverTool
 from factrl.recipes import haris_rounds
+from factrl.rewards.haris import QuestionRule
 from factrl.rl.verl_agent import FactrlAgentLoop, FactrlTool, plain
 
 REASONING = "haris_reasoning"  # agent loop of the reasoning agent, and its reward
@@ -133,7 +134,7 @@ def reward_item(data_source: str, ground_truth: str, extra_info: dict) -> dict:
 
 @functools.cache
 def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model: str,
-               require_question: bool | str):
+               require_question: QuestionRule):
     if data_source == SEARCH:
         return haris_rounds.search_reward_fn(haris_rounds.search_judge(judge, judge_threshold, judge_model), SEARCH)
     return haris_rounds.reasoning_reward_fn(data_source, require_question=require_question)
@@ -141,7 +142,7 @@ def _reward_fn(data_source: str, judge: str, judge_threshold: float, judge_model
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, *,
                   judge: str = "rule", judge_threshold: float = 0.8, judge_model: str = "",
-                  require_question: bool | str = False, **_: Any) -> dict:
+                  require_question: QuestionRule = False, **_: Any) -> dict:
     """verl's reward hook: the score of one response (``{"score": ..., **parts}``).
 
     ``judge`` / ``judge_threshold`` / ``judge_model`` choose the search agent's usefulness judge

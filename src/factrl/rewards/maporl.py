@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from factrl.rewards.m2r import boxed_spans
 from factrl.rewards.registry import RewardResult, get_reward, register
+
+if TYPE_CHECKING:
+    from factrl.rewards.haris import QuestionRule
 
 PENALTY = -10.0
 MIN_TOKENS = 50
@@ -110,7 +114,7 @@ def verifier_rewards(shape: str, verifier, answers: Sequence[Sequence[str]] | No
 
 @register("maporl_reasoning")
 def reasoning_verifier_reward(response: str, label: str, *, num_hops: int | None = None,
-                              require_question: bool | str = False,
+                              require_question: QuestionRule = False,
                               min_tokens: int = MIN_TOKENS) -> RewardResult:
     """HARIS's reasoning agent scored the MAPoRL way (same call as ``haris_reasoning``): the rule
     verifier (1 for the gold verdict in a valid format, else 0) behind the hacking guards, applied to
