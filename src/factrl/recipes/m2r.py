@@ -19,6 +19,7 @@ Malformed rollouts are format failures (reward 0 or 0.1), counted by reason in t
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -194,14 +195,33 @@ def score_answers(predictions: Sequence[str | None], items: Sequence[dict]) -> d
 
 
 def rag_answers(llm, items: Sequence[dict], macro_tool: m2r.MacroTool, max_new_tokens: int) -> list[str | None]:
-    """Naive RAG: the question's top-k passages in the prompt, one greedy generation, its last box."""
+    """Naive RAG: the question's top-k passages in the prompt, one greedy generation, its answer
+    (:func:`rag_prediction`)."""
     passages = macro_tool([it["question"] for it in items])
     convs = [rag_messages(it["question"], p) for it, p in zip(items, passages)]
     encode = getattr(llm, "encode_chat", None)
     params = RolloutParams(max_turns=0, max_new_tokens=max_new_tokens, max_context_tokens=4096)
     trajs = run_loops([agent_loop(llm, encode(c) if encode else None, c, None, params, stream=i)
                        for i, c in enumerate(convs)])
-    return [(extract_boxed(t.response_text) or [None])[-1] for t in trajs]
+    return [rag_prediction(t.response_text) for t in trajs]
+
+
+def rag_prediction(reply: str, words: int = 12) -> str | None:
+    """The naive RAG baseline's answer in ``reply``: its last ``\\boxed{}`` value; failing that, its
+    first sentence (at most ``words`` words, an ``Answer:`` lead-in dropped); None for an empty reply.
+
+    The baseline is scored on what it said: a base 135M model almost never boxes, and boxed-only
+    scoring gave it EM and F1 of exactly 0 on every set, which measured the format rather than the
+    retrieval. M2R's own answers stay boxed-only: the box is part of the protocol it is trained on.
+    """
+    boxed = extract_boxed(reply)
+    if boxed:
+        return boxed[-1]
+    lines = [line.strip() for line in reply.replace("<think>", "\n").replace("</think>", "\n").splitlines()]
+    first = next((line for line in lines if line), "")
+    first = re.sub(r"^(?:the\s+)?answer\s*(?:is)?\s*[:\-]?\s*", "", first, flags=re.IGNORECASE)
+    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0].rstrip(".!? ")
+    return " ".join(sentence.split()[:words]) or None
 
 
 def evaluate_qa(system: str, llm, items: Sequence[dict], macro_tool: m2r.MacroTool, *,
