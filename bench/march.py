@@ -58,6 +58,12 @@ def overrides(pairs: list[str]) -> dict:
     return out
 
 
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of the seeds that had such questions (None where none had)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
 def aggregate(runs: list[dict]) -> dict:
     """The issue's keys over the seeds' results."""
     out: dict = {}
@@ -73,6 +79,12 @@ def aggregate(runs: list[dict]) -> dict:
     out["proposals_per_answer_held_out"] = {
         "before": summary([r["before"]["proposals_per_answer"] for r in runs])["mean"],
         "after": summary([r["after"]["proposals_per_answer"] for r in runs])["mean"]}
+    # on answerable and unanswerable questions apart (train_march.unanswerable), where the runs have them
+    for key in ("hallucination_by_kind", "accuracy_by_kind"):
+        if all(key in r["before"] for r in runs):
+            out[key] = {kind: {when: _mean([r[when][key][kind] for r in runs])
+                               for when in ("before", "after")}
+                        for kind in ("answerable", "unanswerable")}
     h, a = out["hallucination_rate"], out["accuracy"]
     half = len(out["proposals_per_answer"]) // 2
     first, last = out["proposals_per_answer"][:max(half, 1)], out["proposals_per_answer"][half:]

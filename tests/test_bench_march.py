@@ -48,3 +48,19 @@ def test_reaggregate_rewrites_only_the_summaries(tmp_path):
     assert out["commit"] == "abc" and out["per_seed"]["warmup"] == runs
     assert out["goal"]["hallucination_halved"] is False
     assert out["without_warmup"]["goal"]["hallucination_halved"] is False
+
+
+def test_rates_by_kind_are_averaged_over_the_seeds_that_have_them():
+    def side(h_ans, h_un):
+        return {"hallucination_by_kind": {"answerable": h_ans, "unanswerable": h_un},
+                "accuracy_by_kind": {"answerable": 0.5, "unanswerable": None if h_un is None else 1 - h_un}}
+
+    runs = [_run((0.2, 0.5), (0.1, 0.5), [1.0]), _run((0.4, 0.5), (0.0, 0.5), [1.0])]
+    for run, (before, after) in zip(runs, [((0.0, 0.8), (0.0, 0.2)), ((0.1, None), (0.0, None))]):
+        run["before"] |= side(*before)
+        run["after"] |= side(*after)
+    out = march.aggregate(runs)
+    assert out["hallucination_by_kind"]["answerable"] == pytest.approx({"before": 0.05, "after": 0.0})
+    assert out["hallucination_by_kind"]["unanswerable"] == pytest.approx({"before": 0.8, "after": 0.2})
+    assert out["accuracy_by_kind"]["unanswerable"]["before"] == pytest.approx(0.2)
+    assert "hallucination_by_kind" not in march.aggregate([_run((0.2, 0.5), (0.1, 0.5), [1.0])])

@@ -1160,6 +1160,10 @@ class TrainMarchParams(GRPOParams):
     num_questions: numeric questions drawn (years, counts, prices of the world's entities).
     held_out: of those, questions kept apart for the before / after evaluation (never trained on).
     num_documents: documents given with each question: the answer's passage and same-type distractors.
+    unanswerable: the share of questions (train and held out) whose own passage is swapped for another
+        same-type one, as when retrieval misses: the right answer says the documents do not give the
+        number, and stating any number is a hallucination. At 0 a warm solver hardly ever
+        hallucinates (it copies a number its documents state; docs/runs/march-2026-11-25).
     max_context_tokens: prompt + response token cap of every role's turn.
     warmup: fine-tune the base model first on reference episodes of all three roles, built from the
         world's numeric facts (``factrl.recipes.march.reference_rows``), through the warm start's one
@@ -1179,6 +1183,7 @@ class TrainMarchParams(GRPOParams):
     num_questions: int = 64
     held_out: int = 16
     num_documents: int = 3
+    unanswerable: float = 0.0
     max_context_tokens: int = 1024
     warmup: bool = True
     warmup_sft: SFTParams = field(default_factory=lambda: SFTParams(max_steps=12, lr=1e-4, batch_size=8))

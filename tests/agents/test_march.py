@@ -234,3 +234,16 @@ def test_hallucination_and_accuracy_measures():
     assert march.unsupported_numbers("In 2001 it listed 12.", DOCS, q) == []
     assert march.answer_number("In 2001 it listed twelve.", q) == "12"
     assert march.answer_number("No idea.", q) is None
+
+
+def test_judge_answer_on_answerable_and_unanswerable_questions():
+    assert march.judge_answer("Kavelo Works was founded in 1987.", ITEM) == (True, False)
+    # a distractor's year: wrong, but stated by a document
+    assert march.judge_answer("Kavelo Works was founded in 1990.", ITEM) == (False, False)
+    assert march.judge_answer("Kavelo Works was founded in 1555.", ITEM) == (False, True)
+    assert march.judge_answer("The documents do not give this number.", ITEM) == (False, False)
+    # the documents lack the asked number: stating one is a hallucination, even digits a document has
+    missing = MarchItem("q2", "In which year was Orlen Studios founded?", DOCS, "1979", answerable=False)
+    assert march.judge_answer("The documents do not give this number.", missing) == (True, False)
+    assert march.judge_answer("Orlen Studios was founded in 1990.", missing) == (False, True)
+    assert march.judge_answer("Orlen Studios was founded in 1979.", missing) == (False, True)

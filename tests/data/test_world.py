@@ -151,3 +151,26 @@ def test_numeric_questions_ask_numbers_their_passage_states(world):
     assert w.numeric_questions(PARAMS, 120, num_documents=3, seed=1) == rows
     assert w.numeric_questions(PARAMS, 120, num_documents=3, seed=2) != rows
 
+
+
+def test_unanswerable_numeric_questions_lack_their_passage_and_leave_the_others_alone(world):
+    from factrl.text import extract_numbers
+
+    plain = w.numeric_questions(PARAMS, 40, num_documents=3, seed=1)
+    rows = w.numeric_questions(PARAMS, 40, num_documents=3, seed=1, unanswerable=0.25)
+    missing = [r for r in rows if not r["answerable"]]
+    assert len(missing) == 10 and all(r["answerable"] for r in plain)
+    for r, p in zip(rows, plain):
+        if r["answerable"]:
+            assert r == p  # the same question, documents and answer as without the share
+            continue
+        name = world.name(r["entity"])
+        assert r["question"] == p["question"] and r["answer"] == p["answer"]
+        assert r["statement"] == w.NOT_IN_DOCUMENTS and not extract_numbers(r["statement"])
+        assert len(r["documents"]) == 3 and name not in {d["title"] for d in r["documents"]}
+        # a stand-in of the same type took the own passage's place; the distractors stayed
+        assert {world.type_of(world.names.to_pylist().index(d["title"])) for d in r["documents"]} == \
+            {world.type_of(r["entity"])}
+        assert len({d["title"] for d in r["documents"]} & {d["title"] for d in p["documents"]}) == 2
+    with pytest.raises(ValueError, match="unanswerable"):
+        w.numeric_questions(PARAMS, 4, unanswerable=1.5)

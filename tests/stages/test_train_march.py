@@ -61,6 +61,7 @@ def _params_file(tmp_path: Path, section: dict) -> Path:
     ({"train_roles": []}, "train_march.train_roles"),
     ({"checker_samples": 0}, "train_march.checker_samples"),
     ({"held_out": 64}, "train_march.held_out"),
+    ({"unanswerable": 1.0}, "train_march.unanswerable"),
 ])
 def test_a_wrong_name_stops_the_stage_naming_the_key(tmp_path, section, key):
     params = load_section("train_march", _params_file(tmp_path, section))
@@ -152,6 +153,36 @@ def test_reference_episodes_speak_each_role_protocol_and_end_with_eos():
     for e in examples:
         trained = [t for t in e["labels"] if t != -100]
         assert trained[-1] == tok.eos_token_id  # each role learns to stop where its reference stops
+
+
+def test_unanswerable_references_decline_find_no_number_and_check_nothing():
+    """A question whose documents lack its number: the solver says so, the proposer proposes nothing,
+    the checker answers the question itself "Cannot answer"; the answerable rows' references are
+    those of a run without unanswerable questions."""
+    from dataclasses import replace
+
+    from factrl.agents import march as agent
+    from factrl.data.world import NOT_IN_DOCUMENTS
+    from tests.rl.tiny import tokenizer
+
+    eos = tokenizer().eos_token
+    p = march.run_params(replace(TINY, num_questions=12, held_out=2, num_documents=2, unanswerable=0.5), 3)
+    train_rows, held_rows = march.question_rows(p)
+    missing = [r for r in train_rows + held_rows if not r["answerable"]]
+    assert 4 <= len(missing) <= 6  # 6 asked; a type with no entity left to swap in keeps its row answerable
+    refs = {r["id"]: r for r in march.reference_rows(train_rows, eos)}
+    for row in train_rows:
+        solver, proposer, checker = (refs[f"{row['id']}:{role}"]["turns"][0]["text"].removesuffix(eos)
+                                     for role in agent.ROLES)
+        item = march.to_item(row)
+        assert agent.judge_answer(solver, item) == (True, False)  # every reference is right, invents nothing
+        if row["answerable"]:
+            continue
+        assert solver == NOT_IN_DOCUMENTS
+        assert agent.parse_proposals(proposer).pairs == () and agent.parse_proposals(proposer).format_valid
+        parsed = agent.parse_checker(checker, 1)
+        assert parsed.format_valid and parsed.answers == (agent.CANNOT_ANSWER,)
+        assert row["question"] in refs[f"{row['id']}:checker"]["messages"][-1]["content"]
 
 
 def test_base_model_base_names_the_params_model(tmp_path, monkeypatch):

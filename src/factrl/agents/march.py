@@ -45,7 +45,8 @@ ROLES = ("solver", "proposer", "checker")
 
 SOLVER_SYSTEM = """\
 Answer the question using only the documents below. Do not add anything the documents do not say. \
-Answer in one short sentence that states the number asked for."""
+Answer in one short sentence that states the number asked for. If no document gives that number, \
+answer: The documents do not give this number."""
 
 PROPOSER_SYSTEM = """\
 You turn an answer into checkable questions. For every number stated in the answer, write one \
@@ -194,12 +195,15 @@ def parse_checker(text: str, num_questions: int) -> CheckerParse:
 
 @dataclass(frozen=True)
 class MarchItem:
-    """One numeric RAG question: its documents and (for evaluation only; no role ever sees it) the gold number."""
+    """One numeric RAG question: its documents and, for evaluation only (no role ever sees them), the
+    gold number and whether the documents give it (``answerable``: when not, the right answer states
+    no number, and any number stated is a hallucination)."""
 
     id: str
     question: str
     documents: tuple[Document, ...]
     answer: str | None = None
+    answerable: bool = True
 
 
 @dataclass(frozen=True)
@@ -338,6 +342,17 @@ def unsupported_numbers(response: str, documents: Sequence[Document], question: 
     for d in documents:
         known.update(extract_numbers(f"{d.title} {d.text}"))
     return [x for x in extract_numbers(response) if x not in known]
+
+
+def judge_answer(response: str, item: MarchItem) -> tuple[bool, bool]:
+    """``(correct, hallucinated)`` of a solver answer to ``item``. Answerable: correct when its number
+    (:func:`answer_number`) is the gold one; hallucinated when it states a number the documents and the
+    question do not contain. Unanswerable (the documents lack the number): correct when it states no
+    number; hallucinated when it states one, whatever document the digits come from."""
+    number = answer_number(response, item.question)
+    if not item.answerable:
+        return number is None, number is not None
+    return number == item.answer, bool(unsupported_numbers(response, item.documents, item.question))
 
 
 def answer_number(response: str, question: str = "") -> str | None:

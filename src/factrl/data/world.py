@@ -327,6 +327,9 @@ class NumericFact:
     statement: str
 
 
+# The answer to a numeric question whose documents do not give the number (MARCH's solver references).
+NOT_IN_DOCUMENTS = "The documents do not give this number."
+
 # Each is read off the passage templates above (``_passage_texts``); a test checks that every
 # question's number is in its entity's passage. Country populations are left out: the passage
 # says "roughly N thousand inhabitants" with N already in people, an ambiguous number to ask for.
@@ -347,18 +350,26 @@ NUMERIC_FACTS = (
 )
 
 
-def numeric_questions(params: WorldParams, num_questions: int, num_documents: int = 3, seed: int = 0) -> list[dict]:
+def numeric_questions(params: WorldParams, num_questions: int, num_documents: int = 3, seed: int = 0,
+                      unanswerable: float = 0.0) -> list[dict]:
     """``num_questions`` numeric RAG questions about the world of ``params`` (MARCH's training data).
 
     Each row: ``id``, ``question``, ``answer`` (the number, a string), ``statement`` (a reference
-    answer sentence), ``entity`` (its index) and ``documents`` (``[{title, text}]``): the entity's own
-    passage and ``num_documents - 1`` passages of other entities of the same type (which state the
-    same kind of number, so a reader has to pick the right one), in a seeded order. Questions are
-    drawn without repeating a (fact, entity) pair, from their own random stream, so the world's
-    passages and claims are untouched.
+    answer sentence), ``entity`` (its index), ``answerable`` and ``documents`` (``[{title, text}]``):
+    the entity's own passage and ``num_documents - 1`` passages of other entities of the same type
+    (which state the same kind of number, so a reader has to pick the right one), in a seeded order.
+    Questions are drawn without repeating a (fact, entity) pair, from their own random stream, so the
+    world's passages and claims are untouched.
+
+    ``unanswerable``: the share of rows (rounded) whose own passage is swapped for one more same-type
+    passage, as when retrieval misses: no document gives their number (``answerable`` false,
+    ``statement`` :data:`NOT_IN_DOCUMENTS`; ``answer`` stays the world's number, for the record).
+    The swap draws from a stream of its own, so the answerable rows are the same for every share.
     """
     if num_documents < 1:
         raise ValueError(f"num_documents must be >= 1, got {num_documents}")
+    if not 0.0 <= unanswerable <= 1.0:
+        raise ValueError(f"unanswerable must be a share in [0, 1], got {unanswerable}")
     world = build_world(params)
     rng = np.random.default_rng([params.seed, 2, seed])
     candidates = [(f, int(i)) for f in NUMERIC_FACTS for i in world.by_type[f.type]
@@ -370,12 +381,23 @@ def numeric_questions(params: WorldParams, num_questions: int, num_documents: in
     for fact, i in picked:
         others = [int(j) for j in rng.permutation(world.by_type[fact.type])[:num_documents] if int(j) != i]
         docs_of.append([int(d) for d in rng.permutation([i] + others[:num_documents - 1])])
+    swap_rng = np.random.default_rng([params.seed, 3, seed])
+    missing = set(swap_rng.permutation(num_questions)[: round(unanswerable * num_questions)].tolist())
+    for k in sorted(missing):
+        (fact, i), docs = picked[k], docs_of[k]
+        spare = [int(j) for j in swap_rng.permutation(world.by_type[fact.type]) if int(j) not in docs]
+        if not spare:  # a type with no entity left to stand in: the row stays answerable
+            missing.discard(k)
+            continue
+        docs_of[k] = [spare[0] if d == i else d for d in docs]
     texts = entity_passages(world, [d for ds in docs_of for d in ds])
     rows = []
     for k, ((fact, i), docs) in enumerate(zip(picked, docs_of)):
         name, value = world.name(i), str(int(world.numbers[fact.key][i]))
         rows.append({"id": f"w-n{k + 1:05d}", "question": fact.question.format(x=name), "answer": value,
-                     "statement": fact.statement.format(x=name, n=value), "entity": i,
+                     "statement": (NOT_IN_DOCUMENTS if k in missing
+                                   else fact.statement.format(x=name, n=value)),
+                     "entity": i, "answerable": k not in missing,
                      "documents": [{"title": world.name(d), "text": texts[d]} for d in docs]})
     return rows
 

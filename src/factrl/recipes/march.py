@@ -19,10 +19,12 @@ checker quotes the passage's sentence and answers (every second reference also a
 document mentions, answered "Cannot answer"). Each reference ends with the tokenizer's EOS, as a
 sampled turn does.
 
-Evaluation (greedy, on the held-out questions): ``hallucination_rate`` (answers stating a number
-that neither the documents nor the question contain), ``accuracy`` (the answer's first number not
-already in the question equals the gold number), ``proposals_per_answer``, the reward's mean, and the
-format failures by role. The stage's results file adds the per-step curves, wall time and peak memory.
+Evaluation (greedy, on the held-out questions; ``factrl.agents.march.judge_answer``):
+``hallucination_rate`` (answers stating a number that neither the documents nor the question contain,
+or any number at all where the documents lack the answer: ``unanswerable`` questions), ``accuracy``
+(the answer's first number not already in the question equals the gold number; on an unanswerable
+question, no number), both also by kind, ``proposals_per_answer``, the reward's mean, and the format
+failures by role. The stage's results file adds the per-step curves, wall time and peak memory.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from factrl.rewards.registry import REWARDS, RewardResult, get_reward
 ROLES_TRAINED = ("solver", "checker")  # the roles with a trajectory to train (the proposer only extracts)
 WHERE = "params.yaml:train_march"
 NO_TOOL = "</no-tool>"  # the roles call no tool: a stop tag no reference turn ends with
+NO_EVIDENCE = "No document gives this number."  # the checker's evidence line when it cannot answer
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,6 +79,8 @@ def check_params(p: TrainMarchParams, where: str = WHERE) -> None:
                           f"got {p.held_out}")
     if p.num_documents < 1:
         raise ConfigError(f"{where}.num_documents: must be >= 1, got {p.num_documents}")
+    if not 0.0 <= p.unanswerable < 1.0:
+        raise ConfigError(f"{where}.unanswerable: must be a share in [0, 1), got {p.unanswerable}")
 
 
 def run_params(p: TrainMarchParams, seed: int) -> TrainMarchParams:
@@ -91,13 +96,15 @@ def run_params(p: TrainMarchParams, seed: int) -> TrainMarchParams:
 def question_rows(p: TrainMarchParams) -> tuple[list[dict], list[dict]]:
     """``(train, held_out)`` numeric question rows of the run's world (``numeric_questions``)."""
     world = WorldParams(seed=p.world_seed, num_passages=p.world_passages, num_claims=0, hops=(2,))
-    rows = numeric_questions(world, p.num_questions, p.num_documents, seed=p.seed)
+    rows = numeric_questions(world, p.num_questions, p.num_documents, seed=p.seed,
+                             unanswerable=p.unanswerable)
     return rows[p.held_out:], rows[:p.held_out]
 
 
 def to_item(row: dict) -> agent.MarchItem:
     return agent.MarchItem(row["id"], row["question"], tuple(agent.Document(d["title"], d["text"])
-                                                              for d in row["documents"]), row["answer"])
+                                                              for d in row["documents"]), row["answer"],
+                           row.get("answerable", True))
 
 
 def _evidence(row: dict) -> str:
@@ -112,10 +119,22 @@ def _evidence(row: dict) -> str:
 def reference_rows(rows: Sequence[dict], eos: str) -> list[dict]:
     """Reference episodes of the three roles (``id``, ``agent``, ``messages``, ``turns``), one model
     turn each, ending with ``eos``. Every second checker reference adds a question about an entity of
-    another row that this row's documents do not mention, answered ``Cannot answer``."""
+    another row that this row's documents do not mention, answered ``Cannot answer``. A row whose
+    documents lack its number (``answerable`` false) has the solver say so, the proposer find no number
+    (``None``) and the checker answer the row's own question ``Cannot answer``."""
     out = []
     for k, row in enumerate(rows):
         item = to_item(row)
+        if not item.answerable:
+            for role, messages, text in (
+                ("solver", agent.solver_messages(row["question"], item.documents), row["statement"]),
+                ("proposer", agent.proposer_messages(row["statement"]), agent.proposer_text([])),
+                ("checker", agent.checker_messages(item.documents, [row["question"]]),
+                 agent.checker_text([(NO_EVIDENCE, agent.CANNOT_ANSWER)])),
+            ):
+                out.append({"id": f"{row['id']}:{role}", "agent": role, "messages": messages,
+                            "turns": [{"role": "model", "text": text + eos}]})
+            continue
         pairs = [(row["question"], row["answer"])]
         checks = [(_evidence(row), row["answer"])]
         if k % 2:
@@ -123,7 +142,7 @@ def reference_rows(rows: Sequence[dict], eos: str) -> list[dict]:
             other = next((r for r in rows[k + 1:] + rows[:k] if not any(t in r["question"] for t in titles)), None)
             if other is not None:
                 pairs.append((other["question"], other["answer"]))
-                checks.append(("No document gives this number.", agent.CANNOT_ANSWER))
+                checks.append((NO_EVIDENCE, agent.CANNOT_ANSWER))
         questions = [q for q, _ in pairs]
         for role, messages, text in (
             ("solver", agent.solver_messages(row["question"], item.documents), row["statement"]),
@@ -179,10 +198,9 @@ def score_episode(reward: Callable, episode: agent.MarchEpisode) -> RewardResult
     accuracy (``correct``, against the gold number no role sees) and hallucination."""
     solver, checker = episode.claims()
     result = reward(solver, checker)
-    item = episode.item
-    parts = {**result.parts, "proposals": float(len(episode.proposals.pairs)),
-             "correct": float(agent.answer_number(episode.response, item.question) == item.answer),
-             "hallucinated": float(bool(agent.unsupported_numbers(episode.response, item.documents, item.question)))}
+    correct, hallucinated = agent.judge_answer(episode.response, episode.item)
+    parts = {**result.parts, "proposals": float(len(episode.proposals.pairs)), "correct": float(correct),
+             "hallucinated": float(hallucinated), "answerable": float(episode.item.answerable)}
     return RewardResult(score=result.score, parts=parts, format_valid=episode.format_valid)
 
 
@@ -214,9 +232,20 @@ def evaluate(llm, items: Sequence[agent.MarchItem], p: TrainMarchParams) -> dict
     episodes = agent.run_march(llm, list(items), march_params(p, greedy=True))
     scored = [score_episode(get_reward(p.reward), ep) for ep in episodes]
     failures = Counter(role for ep in episodes for role in ep.format_errors)
+
+    def by_kind(part: str) -> dict:
+        """``part``'s rate on the answerable and the unanswerable questions apart (None: none of them)."""
+        out = {}
+        for kind, flag in (("answerable", 1.0), ("unanswerable", 0.0)):
+            values = [r.parts[part] for r in scored if r.parts["answerable"] == flag]
+            out[kind] = float(np.mean(values)) if values else None
+        return out
+
     return {"questions": len(episodes),
+            "unanswerable_questions": sum(not ep.item.answerable for ep in episodes),
             "hallucination_rate": float(np.mean([r.parts["hallucinated"] for r in scored])),
             "accuracy": float(np.mean([r.parts["correct"] for r in scored])),
+            "hallucination_by_kind": by_kind("hallucinated"), "accuracy_by_kind": by_kind("correct"),
             "proposals_per_answer": float(np.mean([r.parts["proposals"] for r in scored])),
             "reward_mean": float(np.mean([r.score for r in scored])),
             "format_failures": {role: failures.get(role, 0) for role in agent.ROLES},
