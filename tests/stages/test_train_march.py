@@ -36,12 +36,13 @@ def test_train_march_edit_reruns_only_its_stages(repo_root, tmp_path, monkeypatc
     monkeypatch.chdir(repo)
     assert {"train_march@0", "train_march@1"} <= _stages(repo)
     commit_stand_ins(repo)
-    edit_params(repo, {"train_march": {"lr": 2e-5}})
+    committed_lr = load_section("train_march", repo / "params.yaml").lr
+    edit_params(repo, {"train_march": {"lr": committed_lr * 2}})
     changed = _dry(repo)
     assert sorted(changed) == ["train_march@0", "train_march@1"]
     assert not _downstream(repo, changed)  # nothing reads MARCH's model yet: nothing else reruns
     # and no other stage's param edit reaches it
-    edit_params(repo, {"train_march": {"lr": 5e-5}, "train": {"reasoning": {"lr": 2e-6}}})
+    edit_params(repo, {"train_march": {"lr": committed_lr}, "train": {"reasoning": {"lr": 2e-6}}})
     assert not {s for s in _dry(repo) if s.startswith("train_march")}
 
 
