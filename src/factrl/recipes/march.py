@@ -125,28 +125,22 @@ def reference_rows(rows: Sequence[dict], eos: str) -> list[dict]:
     out = []
     for k, row in enumerate(rows):
         item = to_item(row)
-        if not item.answerable:
-            for role, messages, text in (
-                ("solver", agent.solver_messages(row["question"], item.documents), row["statement"]),
-                ("proposer", agent.proposer_messages(row["statement"]), agent.proposer_text([])),
-                ("checker", agent.checker_messages(item.documents, [row["question"]]),
-                 agent.checker_text([(NO_EVIDENCE, agent.CANNOT_ANSWER)])),
-            ):
-                out.append({"id": f"{row['id']}:{role}", "agent": role, "messages": messages,
-                            "turns": [{"role": "model", "text": text + eos}]})
-            continue
-        pairs = [(row["question"], row["answer"])]
-        checks = [(_evidence(row), row["answer"])]
-        if k % 2:
-            titles = {d["title"] for d in row["documents"]}
-            other = next((r for r in rows[k + 1:] + rows[:k] if not any(t in r["question"] for t in titles)), None)
-            if other is not None:
-                pairs.append((other["question"], other["answer"]))
-                checks.append((NO_EVIDENCE, agent.CANNOT_ANSWER))
-        questions = [q for q, _ in pairs]
+        if item.answerable:
+            pairs = [(row["question"], row["answer"])]
+            checks = [(_evidence(row), row["answer"])]
+            if k % 2:
+                titles = {d["title"] for d in row["documents"]}
+                unrelated = (r for r in rows[k + 1:] + rows[:k] if not any(t in r["question"] for t in titles))
+                other = next(unrelated, None)
+                if other is not None:
+                    pairs.append((other["question"], other["answer"]))
+                    checks.append((NO_EVIDENCE, agent.CANNOT_ANSWER))
+            proposed, questions = pairs[:1], [q for q, _ in pairs]
+        else:  # the solver declines, so there is no number to propose; the checker is asked the question
+            proposed, questions, checks = [], [row["question"]], [(NO_EVIDENCE, agent.CANNOT_ANSWER)]
         for role, messages, text in (
             ("solver", agent.solver_messages(row["question"], item.documents), row["statement"]),
-            ("proposer", agent.proposer_messages(row["statement"]), agent.proposer_text(pairs[:1])),
+            ("proposer", agent.proposer_messages(row["statement"]), agent.proposer_text(proposed)),
             ("checker", agent.checker_messages(item.documents, questions), agent.checker_text(checks)),
         ):
             out.append({"id": f"{row['id']}:{role}", "agent": role, "messages": messages,
