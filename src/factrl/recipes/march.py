@@ -130,7 +130,8 @@ def reference_rows(rows: Sequence[dict], eos: str) -> list[dict]:
             checks = [(_evidence(row), row["answer"])]
             if k % 2:
                 titles = {d["title"] for d in row["documents"]}
-                unrelated = (r for r in rows[k + 1:] + rows[:k] if not any(t in r["question"] for t in titles))
+                unrelated = (r for r in rows[k + 1:] + rows[:k]
+                             if not any(t in r["question"] for t in titles))
                 other = next(unrelated, None)
                 if other is not None:
                     pairs.append((other["question"], other["answer"]))
