@@ -1,4 +1,5 @@
 """Answer normalisation and token-level F1 (SQuAD style), shared by the rule-based rewards and the rule judge;
+a reply's first sentence (debate summaries, the naive RAG baseline's unboxed answer);
 number extraction and normalisation (MARCH compares numbers: ``1,200`` = ``1200`` = ``1.2 thousand``)."""
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def token_f1(prediction: str, reference: str) -> float:
 def max_token_f1(prediction: str, references: list[str] | tuple[str, ...]) -> float:
     """Best token F1 of ``prediction`` against any of ``references`` (0.0 for none)."""
     return max((token_f1(prediction, r) for r in references), default=0.0)
+
+
+def first_sentence(text: str, words: int) -> str:
+    """The first sentence of ``text`` (up to the first ``.``, ``!`` or ``?`` followed by a space), cut
+    to ``words`` words; whitespace collapsed."""
+    sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+    return " ".join(sentence.split()[:words])
 
 
 # --- numbers ----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
 from factrl.agents.tools import RetrieverTool
 from factrl.io import write_json
 from factrl.llm.base import Message, SamplingParams
+from factrl.text import first_sentence
 
 if TYPE_CHECKING:
     from factrl.config import DebateParams
@@ -293,11 +294,6 @@ def prompt_tokens(llm, messages: list[Message]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _first_sentence(text: str, words: int) -> str:
-    sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
-    return " ".join(sentence.split()[:words])
-
-
 def extractive_summary(rounds: Sequence[Round], *, llm=None, words: int = 60) -> list[str]:
     """No model: each debater's stance, the passages it cited and its first sentence, within ``words``."""
     out = []
@@ -306,7 +302,7 @@ def extractive_summary(rounds: Sequence[Round], *, llm=None, words: int = 60) ->
         parts = []
         for name, a in r.answers.items():
             cites = "".join(f" [{c}]" for c in a.cited[:3])
-            parts.append(f"{name}: {_word(a.stance)}{cites}, {_first_sentence(a.text, per)}")
+            parts.append(f"{name}: {_word(a.stance)}{cites}, {first_sentence(a.text, per)}")
         out.append("; ".join(parts))
     return out
 

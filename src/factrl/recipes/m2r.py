@@ -33,7 +33,7 @@ from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, 
 from factrl.recipes import haris_rounds
 from factrl.rewards.m2r import extract_boxed
 from factrl.rewards.registry import get_reward
-from factrl.text import max_token_f1, normalize_answer
+from factrl.text import first_sentence, max_token_f1, normalize_answer
 
 AGENT = m2r.AGENT
 
@@ -220,8 +220,7 @@ def rag_prediction(reply: str, words: int = 12) -> str | None:
     lines = [line.strip() for line in reply.replace("<think>", "\n").replace("</think>", "\n").splitlines()]
     first = next((line for line in lines if line), "")
     first = re.sub(r"^(?:the\s+)?answer\s*(?:is)?\s*[:\-]?\s*", "", first, flags=re.IGNORECASE)
-    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0].rstrip(".!? ")
-    return " ".join(sentence.split()[:words]) or None
+    return first_sentence(first, words).rstrip(".!? ") or None
 
 
 def evaluate_qa(system: str, llm, items: Sequence[dict], macro_tool: m2r.MacroTool, *,
