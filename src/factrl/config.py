@@ -1156,6 +1156,12 @@ class TrainMarchParams(GRPOParams):
     checker_samples: checker samples per audited answer (k); a claim fails when the sum of their
         +1 (agrees with the solver's number) / -1 (anything else) votes is below 0.
     checker_temperature: the checker's sampling temperature in training (null = ``temperature``).
+    anchor_question: audit the asked question itself as claim 0, claimed answered by the answer's
+        number ("cannot answer" when it states none), before the proposer's pairs; the checker stays
+        blind to the answer. Not in the paper (false = its setting): its strong proposer keeps the
+        question's context, a 135M one does not, and then an answer stating true facts about another
+        entity, or declining a question the documents answer, passes zero tolerance
+        (``factrl.agents.march``; docs/runs/march-2026-11-25).
     world_seed / world_passages: the demo world the questions are asked about (its own, small).
     num_questions: numeric questions drawn (years, counts, prices of the world's entities).
     held_out: of those, questions kept apart for the before / after evaluation (never trained on).
@@ -1178,6 +1184,7 @@ class TrainMarchParams(GRPOParams):
     train_roles: tuple[str, ...] = ("solver", "checker")
     checker_samples: int = 3
     checker_temperature: float | None = None
+    anchor_question: bool = False
     world_seed: int = 13
     world_passages: int = 300
     num_questions: int = 64

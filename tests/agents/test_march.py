@@ -4,6 +4,7 @@ output included), the checker's structural blindness, and episodes on a scripted
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 from hypothesis import assume, given, settings
@@ -247,3 +248,70 @@ def test_judge_answer_on_answerable_and_unanswerable_questions():
     assert march.judge_answer("The documents do not give this number.", missing) == (True, False)
     assert march.judge_answer("Orlen Studios was founded in 1990.", missing) == (False, True)
     assert march.judge_answer("Orlen Studios was founded in 1979.", missing) == (False, True)
+
+
+# --- the asked question as claim 0 (anchor_question) ----------------------------------------------
+
+MISSING = MarchItem("q3", "In which year was Orlen Studios founded?", DOCS, "1979", answerable=False)
+
+
+def answering_checker(prompt: str) -> str:
+    """A checker that answers each listed question from ``DOCS``: Kavelo's and Sutar's years, and
+    ``Cannot answer`` for anything else."""
+    questions = re.findall(r"^\d+\. (.+)$", prompt.split("Questions:")[-1], re.MULTILINE)
+    years = {"Kavelo": "1987", "Sutar": "1990"}
+    answers = [next((y for name, y in years.items() if name in q), "Cannot answer") for q in questions]
+    return "\n".join(f"{i}. Evidence: -\n[Answer: {a}]" for i, a in enumerate(answers, 1))
+
+
+def scripted_with_checker(solver: str, proposer: str) -> tuple[ScriptLLM, list]:
+    seen = []
+
+    def reply(prompt: str) -> str:
+        role = _role(prompt)
+        seen.append((role, prompt))
+        return {"solver": solver, "proposer": proposer}.get(role) or answering_checker(prompt)
+
+    return ScriptLLM(tiny_tokenizer(), reply), seen
+
+
+def ztr(item: MarchItem, solver: str, proposer: str, anchor: bool) -> float:
+    llm, _ = scripted_with_checker(solver, proposer)
+    [ep] = run_march(llm, [item], march.default_march_params(checker_samples=3, anchor_question=anchor))
+    assert ep.format_valid
+    return zero_tolerance_reward(*ep.claims()).score
+
+
+def test_an_answer_about_another_entity_passes_unanchored_and_fails_anchored():
+    # asked about a company no document describes, the answer states another company's true year
+    solver, proposer = "Sutar Labs was founded in 1990.", "- Question: When was Sutar Labs founded? [Answer: 1990]"
+    assert ztr(MISSING, solver, proposer, anchor=False) == 1.0  # the gap the anchor closes
+    assert ztr(MISSING, solver, proposer, anchor=True) == 0.0
+
+
+def test_declining_is_checked_against_the_documents_when_anchored():
+    decline = "The documents do not give this number."
+    assert ztr(ITEM, decline, "None", anchor=False) == 1.0  # no claim, nothing to fail
+    assert ztr(ITEM, decline, "None", anchor=True) == 0.0  # the documents do give 1987
+    assert ztr(MISSING, decline, "None", anchor=True) == 1.0  # ... and do not give Orlen's year
+    right = ("Kavelo Works was founded in 1987.",
+             "- Question: In which year was Kavelo Works founded? [Answer: 1987]")
+    assert ztr(ITEM, *right, anchor=True) == 1.0
+
+
+def test_the_anchored_checker_sees_the_question_but_never_the_answer():
+    llm, seen = scripted_with_checker("Orlen Studios was founded in 1555. ZEBRAMARK.", "None")
+    [ep] = run_march(llm, [MISSING], march.default_march_params(checker_samples=2, anchor_question=True))
+    checker_prompts = [p for role, p in seen if role == "checker"]
+    assert len(checker_prompts) == 2
+    for prompt in checker_prompts:
+        assert MISSING.question in prompt and "1555" not in prompt and "ZEBRAMARK" not in prompt
+    assert ep.audited == ((MISSING.question, "1555"),) and ep.proposals.pairs == ()
+    assert ep.claims() == (["1555"], [[CANNOT_ANSWER, CANNOT_ANSWER]])
+
+
+def test_a_proposer_pair_repeating_the_anchor_is_audited_once():
+    pair = (ITEM.question, "1987")
+    audit = march.audit_pairs(ITEM, "Kavelo Works was founded in 1987.",
+                              march.ProposalParse((pair, ("How many product lines?", "12")), True, None), True)
+    assert audit == (pair, ("How many product lines?", "12"))

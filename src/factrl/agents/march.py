@@ -7,6 +7,13 @@ and audits every number of the answer with an information asymmetry::
     proposer (y only)                         -> "- Question: ... [Answer: n]" pairs (q_i, a_i)
     checker  (documents, q_1..q_n only; k x)  -> "[Answer: n]" or "[Answer: Cannot answer]" per question
 
+With ``anchor_question`` (a project extension, off in the paper's setting) the asked question itself is
+claim 0, claimed answered by y's number (:func:`answer_number`) or "cannot answer" when y states none:
+the paper's proposer is a strong model that keeps the question's context, and a 135M one does not, so
+without the anchor an answer that states true facts about another entity passes every check, and an
+answer that declines a question the documents do answer has no claim to fail
+(docs/runs/march-2026-11-25). The checker still sees only the documents and questions.
+
 The checker is blind by construction: :func:`checker_messages` takes the documents and the
 questions and nothing else, and :func:`run_march` builds its input from ``item.documents`` and the
 proposer's parsed questions only, so neither y nor any a_i can reach it. Each pair is then judged by
@@ -214,6 +221,7 @@ class MarchParams:
     proposer: RolloutParams
     checker: RolloutParams
     checker_samples: int = 3
+    anchor_question: bool = False  # the asked question is claim 0 (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.checker_samples < 1:
@@ -221,19 +229,32 @@ class MarchParams:
 
 
 def default_march_params(*, max_new_tokens: int = 64, max_context_tokens: int = 2048, temperature: float = 0.0,
-                         checker_temperature: float | None = None, checker_samples: int = 3) -> MarchParams:
+                         checker_temperature: float | None = None, checker_samples: int = 3,
+                         anchor_question: bool = False) -> MarchParams:
     one_turn = {"max_turns": 0, "max_context_tokens": max_context_tokens}
     return MarchParams(
         solver=RolloutParams(max_new_tokens=max_new_tokens, temperature=temperature, **one_turn),
         proposer=RolloutParams(max_new_tokens=2 * max_new_tokens, temperature=0.0, **one_turn),
         checker=RolloutParams(max_new_tokens=2 * max_new_tokens, **one_turn,
                               temperature=temperature if checker_temperature is None else checker_temperature),
-        checker_samples=checker_samples)
+        checker_samples=checker_samples, anchor_question=anchor_question)
+
+
+def audit_pairs(item: MarchItem, response: str, proposals: ProposalParse,
+                anchor_question: bool = False) -> tuple[tuple[str, str], ...]:
+    """The ``(question, claimed answer)`` pairs the blind checker audits: the proposer's pairs; with
+    ``anchor_question``, first the asked question claimed answered by the answer's number, or
+    :data:`CANNOT_ANSWER` when it states none (a proposer pair repeating that claim is dropped)."""
+    if not anchor_question:
+        return proposals.pairs
+    anchor = (item.question, answer_number(response, item.question) or CANNOT_ANSWER)
+    return (anchor, *(pair for pair in proposals.pairs if pair != anchor))
 
 
 @dataclass
 class MarchEpisode:
-    """One solver answer audited: the proposer's pairs, the k checker samples and what failed to parse.
+    """One solver answer audited: the proposer's pairs, the claims the k checker samples answered
+    (``audit``: the proposer's pairs, after the asked question when anchored) and what failed to parse.
 
     ``parts`` are the trajectories the policy trains on (solver, then checker sample 0), each in its
     own GRPO group per prompt (``factrl.rl.trainer``); the proposer only extracts claims and is not
@@ -247,6 +268,7 @@ class MarchEpisode:
     proposals: ProposalParse
     checks: list[CheckerParse]
     format_errors: dict[str, str] = field(default_factory=dict)  # role -> first violation
+    audit: tuple[tuple[str, str], ...] | None = None  # None: the proposer's pairs
     train_roles: tuple[str, ...] = ("solver", "checker")
 
     @property
@@ -254,8 +276,8 @@ class MarchEpisode:
         return self.solver.response_text
 
     @property
-    def questions(self) -> list[str]:
-        return [q for q, _ in self.proposals.pairs]
+    def audited(self) -> tuple[tuple[str, str], ...]:
+        return self.proposals.pairs if self.audit is None else self.audit
 
     @property
     def format_valid(self) -> bool:
@@ -267,8 +289,8 @@ class MarchEpisode:
         so every reward scores it as a failure without knowing why."""
         if "solver" in self.format_errors or "proposer" in self.format_errors:
             return [""], [[]]
-        votes = [[c.answers[i] for c in self.checks] for i in range(len(self.proposals.pairs))]
-        return [a for _, a in self.proposals.pairs], votes
+        votes = [[c.answers[i] for c in self.checks] for i in range(len(self.audited))]
+        return [a for _, a in self.audited], votes
 
     @property
     def parts(self) -> list[tuple[str, Trajectory]]:
@@ -304,21 +326,24 @@ def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 
               train_roles: Sequence[str] = ("solver", "checker")) -> list[MarchEpisode]:
     """``n`` MARCH episodes per item (item-major), each role one batched phase on ``llm``.
 
-    The checker phase is built from ``item.documents`` and the proposer's parsed questions only.
+    The checker phase is built from ``item.documents`` and the audited questions only (the proposer's
+    parsed questions, after the asked one with ``params.anchor_question``).
     """
     solvers = _run(llm, [solver_messages(it.question, it.documents) for it in items], params.solver, n)
     episode_items = [it for it in items for _ in range(n)]
     proposers = _run(llm, [proposer_messages(t.response_text) for t in solvers], params.proposer)
     proposals = [parse_proposals(t.response_text) for t in proposers]
-    audited = [i for i, p in enumerate(proposals) if p.pairs]
+    audits = [audit_pairs(it, t.response_text, p, params.anchor_question)
+              for it, t, p in zip(episode_items, solvers, proposals)]
+    audited = [i for i, pairs in enumerate(audits) if pairs]
     k = params.checker_samples
-    checker_trajs = _run(llm, [checker_messages(episode_items[i].documents, [q for q, _ in proposals[i].pairs])
+    checker_trajs = _run(llm, [checker_messages(episode_items[i].documents, [q for q, _ in audits[i]])
                                for i in audited], params.checker, n=k)
     by_episode = {i: checker_trajs[j * k:(j + 1) * k] for j, i in enumerate(audited)}
     episodes = []
     for i, (item, solver, proposer, prop) in enumerate(zip(episode_items, solvers, proposers, proposals)):
         checkers = by_episode.get(i, [])
-        checks = [parse_checker(t.response_text, len(prop.pairs)) for t in checkers]
+        checks = [parse_checker(t.response_text, len(audits[i])) for t in checkers]
         errors = {}
         if not solver.response_text.strip():
             errors["solver"] = "empty response"
@@ -327,7 +352,8 @@ def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 
         bad = next((c.error for c in checks if not c.format_valid), None)
         if bad is not None:
             errors["checker"] = bad
-        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors, tuple(train_roles)))
+        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors, audit=audits[i],
+                                     train_roles=tuple(train_roles)))
     return episodes
 
 

@@ -10,7 +10,8 @@ The reward is looked up by name in the rewards registry and called with the epis
 (``MarchEpisode.claims``); nothing here knows which reward it is. Each training episode trains as its
 solver trajectory and its first checker sample (``train_roles``), each role in its own GRPO group per
 question (``factrl.rl.trainer.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
-``TrainMarchParams``).
+``TrainMarchParams``). With ``anchor_question`` the checker also answers the asked question, so an
+answer is held to its question, not only to the facts it chose to state.
 
 The warm start is the project's one mechanism (``factrl.recipes.warmup.replay_examples`` ->
 ``factrl.rl.sft.train_sft``) on reference episodes written from the world's facts: the solver states
@@ -185,7 +186,7 @@ def march_params(p: TrainMarchParams, *, greedy: bool = False) -> agent.MarchPar
     checker_t = temperature if greedy or p.checker_temperature is None else p.checker_temperature
     return agent.default_march_params(max_new_tokens=p.max_new_tokens, max_context_tokens=p.max_context_tokens,
                                       temperature=temperature, checker_temperature=checker_t,
-                                      checker_samples=p.checker_samples)
+                                      checker_samples=p.checker_samples, anchor_question=p.anchor_question)
 
 
 def score_episode(reward: Callable, episode: agent.MarchEpisode) -> RewardResult:
@@ -246,7 +247,8 @@ def evaluate(llm, items: Sequence[agent.MarchItem], p: TrainMarchParams) -> dict
             "format_failures": {role: failures.get(role, 0) for role in agent.ROLES},
             "examples": [{"id": ep.item.id, "question": ep.item.question, "gold": ep.item.answer,
                           "answer": ep.response, "proposals": [list(x) for x in ep.proposals.pairs],
-                          "checker": [c.answers for c in ep.checks], "format_errors": ep.format_errors}
+                          "audited": [list(x) for x in ep.audited], "checker": [c.answers for c in ep.checks],
+                          "format_errors": ep.format_errors}
                          for ep in episodes[:4]]}
 
 
