@@ -310,8 +310,27 @@ def test_the_anchored_checker_sees_the_question_but_never_the_answer():
     assert ep.claims() == (["1555"], [[CANNOT_ANSWER, CANNOT_ANSWER]])
 
 
-def test_a_proposer_pair_repeating_the_anchor_is_audited_once():
-    pair = (ITEM.question, "1987")
-    audit = march.audit_pairs(ITEM, "Kavelo Works was founded in 1987.",
-                              march.ProposalParse((pair, ("How many product lines?", "12")), True, None), True)
-    assert audit == (pair, ("How many product lines?", "12"))
+def test_a_proposer_pair_claiming_the_anchored_number_is_audited_once():
+    pairs = (("What year was Kavelo Works founded?", "1987"), ("How many product lines does it list?", "12"))
+    audit = march.audit_pairs(ITEM, "Kavelo Works was founded in 1987 and lists 12 product lines.",
+                              march.ProposalParse(pairs, True, None), True)
+    assert audit == ((ITEM.question, "1987"), pairs[1])
+    assert march.audit_pairs(ITEM, "", march.ProposalParse(pairs, True, None), False) == pairs
+
+
+def test_anchored_a_malformed_proposer_is_recorded_but_the_answer_is_still_audited():
+    bad_proposer = "- Question: Who founded it? [Answer: Dira Mot]"
+    llm, _ = scripted_with_checker("Kavelo Works was founded in 1987.", bad_proposer)
+    [ep] = run_march(llm, [ITEM], march.default_march_params(checker_samples=3, anchor_question=True))
+    assert "proposer" in ep.format_errors  # counted in the results ...
+    assert zero_tolerance_reward(*ep.claims()).score == 1.0  # ... but the right number holds
+    llm, _ = scripted_with_checker("Kavelo Works was founded in 1555.", bad_proposer)
+    [ep] = run_march(llm, [ITEM], march.default_march_params(checker_samples=3, anchor_question=True))
+    assert zero_tolerance_reward(*ep.claims()).score == 0.0
+
+
+def test_an_answer_stating_no_number_is_not_sent_to_the_proposer():
+    llm, seen = scripted_with_checker("The documents do not give this number.", "- Question: x? [Answer: No]")
+    [ep] = run_march(llm, [MISSING], march.default_march_params(anchor_question=True))
+    assert ep.proposer is None and ep.format_valid and "proposer" not in [r for r, _ in seen]
+    assert ep.claims() == ([CANNOT_ANSWER], [[CANNOT_ANSWER] * 3])

@@ -24,7 +24,8 @@ scores the episode.
 Every role runs as agent loops (:func:`factrl.agents.rollout.run_rollouts`, no tools: one turn each),
 one phase at a time over all episodes, so every phase is one batched pass over the engine. Parsers
 never raise: malformed output is a recorded format failure (``format_errors`` of the episode), which
-the reward scores as one claim that cannot be verified.
+the reward scores as one claim that cannot be verified (see :meth:`MarchEpisode.claims` for the
+anchored proposer). An answer that states no number has nothing to propose: the proposer is not asked.
 
 Numbers are compared after :func:`normalize_number`: separators (``1,200``), units and currency
 (``$45``, ``45 dollars``, ``450 people``, ``45%``), magnitude words (``12 thousand``, ``1.5 million``,
@@ -130,6 +131,9 @@ class ProposalParse:
     pairs: tuple[tuple[str, str], ...]
     format_valid: bool
     error: str | None
+
+
+NO_PROPOSALS = ProposalParse((), True, None)  # what a proposer finds in an answer stating no number
 
 
 @dataclass(frozen=True)
@@ -244,11 +248,14 @@ def audit_pairs(item: MarchItem, response: str, proposals: ProposalParse,
                 anchor_question: bool = False) -> tuple[tuple[str, str], ...]:
     """The ``(question, claimed answer)`` pairs the blind checker audits: the proposer's pairs; with
     ``anchor_question``, first the asked question claimed answered by the answer's number, or
-    :data:`CANNOT_ANSWER` when it states none (a proposer pair repeating that claim is dropped)."""
+    :data:`CANNOT_ANSWER` when it states none. A proposer pair claiming the anchor's number is dropped:
+    the anchor already audits that number against the question itself, and the pair is most often the
+    question reworded, which the warm checker answers once for both (a format failure)."""
     if not anchor_question:
         return proposals.pairs
-    anchor = (item.question, answer_number(response, item.question) or CANNOT_ANSWER)
-    return (anchor, *(pair for pair in proposals.pairs if pair != anchor))
+    claimed = answer_number(response, item.question)
+    anchor = (item.question, claimed or CANNOT_ANSWER)
+    return (anchor, *(pair for pair in proposals.pairs if pair[1] != claimed))
 
 
 @dataclass
@@ -268,7 +275,7 @@ class MarchEpisode:
     proposals: ProposalParse
     checks: list[CheckerParse]
     format_errors: dict[str, str] = field(default_factory=dict)  # role -> first violation
-    audit: tuple[tuple[str, str], ...] | None = None  # None: the proposer's pairs
+    audit: tuple[tuple[str, str], ...] | None = None  # None: not anchored, the proposer's pairs
     train_roles: tuple[str, ...] = ("solver", "checker")
 
     @property
@@ -285,9 +292,13 @@ class MarchEpisode:
 
     def claims(self) -> tuple[list[str], list[list[str | None]]]:
         """``(a_i, [k checker answers])`` per claim, as the registered MARCH rewards take them. A
-        malformed solver or proposer output is one claim that cannot be verified (``""`` / no votes),
-        so every reward scores it as a failure without knowing why."""
-        if "solver" in self.format_errors or "proposer" in self.format_errors:
+        malformed solver output, or a malformed proposer output when nothing else audits the answer
+        (no anchor), is one claim that cannot be verified (``""`` / no votes), so every reward scores
+        it as a failure without knowing why. Anchored, the answer's number is audited against the
+        question whatever the proposer wrote, so its malformed lines are dropped (and still counted
+        as a format failure): the proposer is not trained, and failing the solver for them would be
+        noise in the solver's reward."""
+        if "solver" in self.format_errors or ("proposer" in self.format_errors and self.audit is None):
             return [""], [[]]
         votes = [[c.answers[i] for c in self.checks] for i in range(len(self.audited))]
         return [a for _, a in self.audited], votes
@@ -331,8 +342,13 @@ def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 
     """
     solvers = _run(llm, [solver_messages(it.question, it.documents) for it in items], params.solver, n)
     episode_items = [it for it in items for _ in range(n)]
-    proposers = _run(llm, [proposer_messages(t.response_text) for t in solvers], params.proposer)
-    proposals = [parse_proposals(t.response_text) for t in proposers]
+    # an answer stating no number has no claim to extract: the proposer is asked only about the others
+    stating = [i for i, t in enumerate(solvers) if extract_numbers(t.response_text)]
+    asked = _run(llm, [proposer_messages(solvers[i].response_text) for i in stating], params.proposer)
+    proposers: list[Trajectory | None] = [None] * len(solvers)
+    for i, t in zip(stating, asked):
+        proposers[i] = t
+    proposals = [parse_proposals(t.response_text) if t is not None else NO_PROPOSALS for t in proposers]
     audits = [audit_pairs(it, t.response_text, p, params.anchor_question)
               for it, t, p in zip(episode_items, solvers, proposals)]
     audited = [i for i, pairs in enumerate(audits) if pairs]
@@ -352,7 +368,8 @@ def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 
         bad = next((c.error for c in checks if not c.format_valid), None)
         if bad is not None:
             errors["checker"] = bad
-        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors, audit=audits[i],
+        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors,
+                                     audit=audits[i] if params.anchor_question else None,
                                      train_roles=tuple(train_roles)))
     return episodes
 
