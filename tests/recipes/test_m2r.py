@@ -22,15 +22,19 @@ def tokenizer(local_llm):
     ("Ilse Parrow founded it. She was born in Tessik.", "Ilse Parrow founded it"),
     ("\n\nAnswer: Ilse Parrow\nbecause [P1] says so", "Ilse Parrow"),
     ("The answer is: 1892.", "1892"),
+    ("The answer to this question is: Zozo Butan", "Zozo Butan"),
+    ("The answer is Zozo Butan.", "Zozo Butan"),
+    ("The founder of the developer of Medath: Arena was born in the city of Tessik.",   # the answer comes last
+     "The founder of the developer of Medath: Arena was born in the city of Tessik"),
     ("<think>short</think>\nIlse Parrow", "short"),                        # the first line, think or not
-    ("one two three four five six seven eight nine ten eleven twelve thirteen", None),
+    (" ".join(["word"] * 31), None),
     ("", None),
     ("   \n  ", None),
 ])
 def test_rag_prediction_prefers_the_box_and_falls_back_to_the_first_sentence(reply, answer):
     got = recipe.rag_prediction(reply)
     if answer is None and reply.strip():
-        assert got == "one two three four five six seven eight nine ten eleven twelve"
+        assert got == " ".join(["word"] * 30)
     else:
         assert got == answer
 

@@ -206,20 +206,24 @@ def rag_answers(llm, items: Sequence[dict], macro_tool: m2r.MacroTool, max_new_t
     return [rag_prediction(t.response_text) for t in trajs]
 
 
-def rag_prediction(reply: str, words: int = 12) -> str | None:
+def rag_prediction(reply: str, words: int = 30) -> str | None:
     """The naive RAG baseline's answer in ``reply``: its last ``\\boxed{}`` value; failing that, its
-    first sentence (at most ``words`` words, an ``Answer:`` lead-in dropped); None for an empty reply.
+    first sentence (at most ``words`` words, a lead-in up to ``answer ...:`` or ``answer is`` dropped);
+    None for an empty reply.
 
     The baseline is scored on what it said: a base 135M model almost never boxes, and boxed-only
     scoring gave it EM and F1 of exactly 0 on every set, which measured the format rather than the
-    retrieval. M2R's own answers stay boxed-only: the box is part of the protocol it is trained on.
+    retrieval. The base model restates the question before the answer ("The founder of the developer
+    of Medath: Arena was born in the city of Tessik"), so the cap is loose enough to reach the answer
+    at the end of such a sentence (12 words cut it off); token F1 still charges the restated words.
+    M2R's own answers stay boxed-only: the box is part of the protocol it is trained on.
     """
     boxed = extract_boxed(reply)
     if boxed:
         return boxed[-1]
     lines = [line.strip() for line in reply.replace("<think>", "\n").replace("</think>", "\n").splitlines()]
     first = next((line for line in lines if line), "")
-    first = re.sub(r"^(?:the\s+)?answer\s*(?:is)?\s*[:\-]?\s*", "", first, flags=re.IGNORECASE)
+    first = re.sub(r"^[^.!?]*?\banswer\b[^:.!?]*?(?:\bis\b\s*:?|:)\s*", "", first, count=1, flags=re.IGNORECASE)
     return first_sentence(first, words).rstrip(".!? ") or None
 
 
