@@ -155,13 +155,14 @@ def _role(prompt: str) -> str:
 
 
 def scripted(replies: dict) -> tuple[ScriptLLM, list]:
-    """A scripted policy answering each role with ``replies[role]``; it records every prompt by role."""
+    """A scripted policy answering each role with ``replies[role]`` (a text, or a function of the
+    prompt); it records every prompt by role."""
     seen = []
 
     def reply(prompt: str) -> str:
         role = _role(prompt)
         seen.append((role, prompt))
-        return replies[role]
+        return replies[role](prompt) if callable(replies[role]) else replies[role]
 
     return ScriptLLM(tiny_tokenizer(), reply), seen
 
@@ -265,14 +266,7 @@ def answering_checker(prompt: str) -> str:
 
 
 def scripted_with_checker(solver: str, proposer: str) -> tuple[ScriptLLM, list]:
-    seen = []
-
-    def reply(prompt: str) -> str:
-        role = _role(prompt)
-        seen.append((role, prompt))
-        return {"solver": solver, "proposer": proposer}.get(role) or answering_checker(prompt)
-
-    return ScriptLLM(tiny_tokenizer(), reply), seen
+    return scripted({"solver": solver, "proposer": proposer, "checker": answering_checker})
 
 
 def ztr(item: MarchItem, solver: str, proposer: str, anchor: bool) -> float:
@@ -284,7 +278,8 @@ def ztr(item: MarchItem, solver: str, proposer: str, anchor: bool) -> float:
 
 def test_an_answer_about_another_entity_passes_unanchored_and_fails_anchored():
     # asked about a company no document describes, the answer states another company's true year
-    solver, proposer = "Sutar Labs was founded in 1990.", "- Question: When was Sutar Labs founded? [Answer: 1990]"
+    solver = "Sutar Labs was founded in 1990."
+    proposer = "- Question: When was Sutar Labs founded? [Answer: 1990]"
     assert ztr(MISSING, solver, proposer, anchor=False) == 1.0  # the gap the anchor closes
     assert ztr(MISSING, solver, proposer, anchor=True) == 0.0
 

@@ -24,7 +24,8 @@ def tokenizer(local_llm):
     ("The answer is: 1892.", "1892"),
     ("The answer to this question is: Zozo Butan", "Zozo Butan"),
     ("The answer is Zozo Butan.", "Zozo Butan"),
-    ("The founder of the developer of Medath: Arena was born in the city of Tessik.",   # the answer comes last
+    # the answer comes last
+    ("The founder of the developer of Medath: Arena was born in the city of Tessik.",
      "The founder of the developer of Medath: Arena was born in the city of Tessik"),
     ("<think>short</think>\nIlse Parrow", "short"),                        # the first line, think or not
     (" ".join(["word"] * 31), None),

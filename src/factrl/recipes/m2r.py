@@ -223,7 +223,8 @@ def rag_prediction(reply: str, words: int = 30) -> str | None:
         return boxed[-1]
     lines = [line.strip() for line in reply.replace("<think>", "\n").replace("</think>", "\n").splitlines()]
     first = next((line for line in lines if line), "")
-    first = re.sub(r"^[^.!?]*?\banswer\b[^:.!?]*?(?:\bis\b\s*:?|:)\s*", "", first, count=1, flags=re.IGNORECASE)
+    lead_in = r"^[^.!?]*?\banswer\b[^:.!?]*?(?:\bis\b\s*:?|:)\s*"  # "The answer to this question is:"
+    first = re.sub(lead_in, "", first, count=1, flags=re.IGNORECASE)
     return first_sentence(first, words).rstrip(".!? ") or None
 
 
