@@ -4,10 +4,12 @@ For each of ``--seeds`` training seeds, on a small generated demo world (2- and 
 
 * ``rag``: SmolLM2-135M reads the question's top-k passages and boxes an answer (one generation);
 * ``m2r_base``: the untrained model runs the M2R protocol (``factrl.agents.m2r``, full prompt);
-* ``m2r_stage1``: the warm-started model (``m2r.warm_start``: reference M2R trajectories of the training
-  claims' gold chains, the warmup mechanism) after GRPO on the curriculum's stage 1 (the fewest-hop half
-  of the training claims, format 1: macro retrieval and key saving);
-* ``m2r_stage2``: that model after GRPO on stage 2 (the rest, format 2: micro retrieval too);
+  both answer greedily with the same model whatever the seed, so they are evaluated once;
+* ``m2r_warm``: the warm-started model (``m2r.warm_start``: reference M2R trajectories of the training
+  claims' gold chains, the warmup mechanism), before any GRPO;
+* ``m2r_stage1``: the warm-started model after GRPO on the curriculum's stage 1 (params.yaml's
+  ``curriculum`` split of the training claims, format 1: macro retrieval and key saving);
+* ``m2r_stage2``: that model after GRPO on stage 2 (the other half, format 2: micro retrieval too);
 * ``m2r_one_stage``: the warm-started model after GRPO on all training claims at once with format 2,
   for as many steps as both stages together (the paper's "direct optimization" ablation).
 
@@ -20,7 +22,12 @@ values; ``format_failures`` counts the malformed M2R answers (scored 0, never a 
 (demo only), the numbers with and without it. Training settings are params.yaml's ``m2r`` section
 (``--profile`` merges a profile over it); ``--steps`` overrides the GRPO steps of each stage.
 
-Usage: python bench/m2r.py [--seeds 3] [--held 24] [--qa 24] [--steps N] [--profile NAME] [--out PATH]
+A seed takes about an hour on 2 cores. Each finished seed is kept in ``--work`` (``seed<N>.json``, with
+the commit it ran at), and the results file is rewritten after every seed: a stopped run resumes
+from its last finished seed with the same ``--work`` (at the same commit).
+
+Usage: python bench/m2r.py [--seeds 3] [--held 24] [--qa 24] [--steps N] [--profile NAME] [--work DIR]
+                           [--out PATH]
        python bench/m2r.py --smoke --out /tmp/m2r_smoke.json     # tiny settings, end to end in minutes
 """
 
@@ -28,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,11 +49,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from factrl.config import (  # noqa: E402
-    M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params, resolve_model)
+    CurriculumParams, M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params, resolve_model)
 from _measured import Measurement  # noqa: E402
 
 DATASETS = ("demo", "musique", "hotpotqa")
-SYSTEMS = ("rag", "m2r_base", "m2r_stage1", "m2r_stage2", "m2r_one_stage")
+SYSTEMS = ("rag", "m2r_base", "m2r_warm", "m2r_stage1", "m2r_stage2", "m2r_one_stage")
 SHARED = ROOT.parent / "shared" / "data"
 
 
@@ -125,6 +134,7 @@ def main() -> None:
     ap.add_argument("--profile", default="", help="a profiles/ name merged over params.yaml")
     ap.add_argument("--smoke", action="store_true", help="tiny settings: shows the bench runs end to end")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "m2r.json"))
+    ap.add_argument("--work", type=Path, default=None, help="keeps finished seeds: rerun with it to resume")
     ap.add_argument("--shared-data", default=str(SHARED), help="where musique_* and hotpotqa_* live")
     args = ap.parse_args()
 
@@ -142,20 +152,22 @@ def main() -> None:
     if args.profile:
         merge(raw, dict(read_profile(args.profile, ROOT / "profiles")))
     base_p: M2RParams = from_dict(M2RParams, raw.get("m2r", {}), "m2r")
+    curriculum: CurriculumParams = from_dict(CurriculumParams, raw.get("curriculum", {}), "curriculum")
     base_p = dataclasses.replace(base_p, retrieval_mode="bm25")
     if args.smoke:
         base_p = smoke_params(base_p)
     if args.steps:
         base_p = dataclasses.replace(base_p, steps=args.steps)
     measured = Measurement(base_p.precision)
-    work = Path(tempfile.mkdtemp(prefix="factrl-m2r-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="factrl-m2r-"))
+    work.mkdir(parents=True, exist_ok=True)
     merged_params = write_params(raw, work / "params.yaml")  # params.yaml + the profile: model.base's home
     base = resolve_model(base_p.base_model, None, where="m2r.base_model", params_file=merged_params)
     base_p = dataclasses.replace(base_p, base_model=base)
     claims, index = world(work / "world")
     retriever = Retriever(index, mode="bm25")
     held, train_claims = split_world(claims, args.held)
-    pieces = split_m2r(train_claims, 0.5, seed=11)
+    pieces = split_m2r(train_claims, curriculum.m2r_stage1_fraction, seed=curriculum.seed, how=curriculum.m2r_split)
     stage_items = {name: world_items(t) for name, t in pieces.items()}
     all_items = world_items(train_claims)
     sets = {"demo": (held, retriever)}
@@ -166,21 +178,37 @@ def main() -> None:
     stage1 = M2RStageParams(id=1, prev=0, segment="m2r_stage1", format=1)
     stage2 = M2RStageParams(id=2, prev=1, segment="m2r_stage2", format=2, start="m2r/model_1")
     one = M2RStageParams(id=3, prev=0, segment="all", format=2)
+    commit = measured.git["commit"]
 
-    base = LocalLLM(base_p.base_model, precision=base_p.precision)
-    per_seed: dict = {m: {d: {s: [] for s in SYSTEMS} for d in sets} for m in ("em", "f1")}
-    failures: dict = {d: {s: 0 for s in SYSTEMS if s != "rag"} for d in sets}
-    no_warm: dict = {"em": {"with": [], "without": []}, "f1": {"with": [], "without": []}}
-    training: dict = {}
-    for seed in range(args.seeds):
-        print(f"seed {seed}", flush=True)
+    def saved(name: str, compute) -> dict:
+        """``compute()``'s result, kept in ``work/name.json`` (with the commit) and read back on resume."""
+        path = work / f"{name}.json"
+        if path.exists():
+            kept = json.loads(path.read_text())
+            if kept["commit"] != commit:
+                raise SystemExit(f"{path} was measured at {kept['commit']}, this is {commit}: use another --work")
+            print(f"{name}: kept from {path}", flush=True)
+            return kept["result"]
+        result = compute()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"commit": commit, "result": result}))
+        tmp.replace(path)  # a killed run never leaves half a record
+        return result
+
+    def base_scores() -> dict:
+        base = LocalLLM(base_p.base_model, precision=base_p.precision)
+        return {"rag": evaluate("rag", base, sets, base_p), "m2r_base": evaluate("m2r_base", base, sets, base_p)}
+
+    def one_seed(seed: int) -> dict:
         p = dataclasses.replace(base_p, seed=seed)
+        started = time.perf_counter()
         seed_dir = work / f"seed{seed}"
         seed_everything(1000 + seed)
-        scores = {"rag": evaluate("rag", base, sets, p), "m2r_base": evaluate("m2r_base", base, sets, p)}
         warm_dir = seed_dir / "warm"
         warm = recipe.warm_start(all_items, p, MacroTool(retriever, k=p.top_k), state_dir=warm_dir / "sft",
                                  out_model=warm_dir / "model", loss_path=warm_dir / "loss.csv")
+        scores = {"m2r_warm": evaluate("m2r_warm", LocalLLM(str(warm_dir / "model"), precision=p.precision),
+                                       sets, p)}
         s1, r1 = train(stage_items["m2r_stage1"], str(warm_dir / "model"), retriever, p, stage1, seed_dir, "stage1")
         scores["m2r_stage1"] = evaluate("m2r_stage1", LocalLLM(s1, precision=p.precision), sets, p, fmt=1)
         s2, r2 = train(stage_items["m2r_stage2"], s1, retriever, p, stage2, seed_dir, "stage2")
@@ -193,24 +221,37 @@ def main() -> None:
         c2, _ = train(stage_items["m2r_stage2"], c1, retriever, p, stage2, seed_dir, "cold2")
         cold = evaluate("m2r_stage2 (no warm start)", LocalLLM(c2, precision=p.precision),
                         {"demo": sets["demo"]}, p)["demo"]
+        shutil.rmtree(seed_dir, ignore_errors=True)
+        return {"scores": scores, "cold": cold, "wall_s": time.perf_counter() - started,
+                "training": {"warm_start": warm, "stage1": r1, "stage2": r2, "one_stage": r3}}
+
+    untrained = saved("base", base_scores)
+    per_seed: dict = {m: {d: {s: [] for s in SYSTEMS} for d in sets} for m in ("em", "f1")}
+    failures: dict = {d: {s: 0 for s in SYSTEMS if s != "rag"} for d in sets}
+    no_warm: dict = {"em": {"with": [], "without": []}, "f1": {"with": [], "without": []}}
+    training: dict = {}
+    for seed in range(args.seeds):
+        print(f"seed {seed}", flush=True)
+        run = saved(f"seed{seed}", lambda: one_seed(seed))
+        scores = untrained | run["scores"]
         for metric in ("em", "f1"):
             no_warm[metric]["with"].append(scores["m2r_stage2"]["demo"][metric])
-            no_warm[metric]["without"].append(cold[metric])
+            no_warm[metric]["without"].append(run["cold"][metric])
             for d in sets:
                 for s in SYSTEMS:
                     per_seed[metric][d][s].append(scores[s][d][metric])
         for d in sets:
             for s in SYSTEMS[1:]:
                 failures[d][s] += scores[s][d].get("format_failures", 0)
-        training[f"seed{seed}"] = {"warm_start": warm, "stage1": r1, "stage2": r2, "one_stage": r3}
-        shutil.rmtree(seed_dir, ignore_errors=True)
-        report(per_seed, failures, no_warm, training, args, base_p, {k: len(v[0]) for k, v in sets.items()},
-               measured, complete=seed + 1 == args.seeds)
-    shutil.rmtree(work, ignore_errors=True)
+        training[f"seed{seed}"] = run["training"] | {"wall_s": run["wall_s"]}
+        report(per_seed, failures, no_warm, training, args, base_p, curriculum,
+               {k: len(v[0]) for k, v in sets.items()}, measured, complete=seed + 1 == args.seeds)
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def report(per_seed: dict, failures: dict, no_warm: dict, training: dict, args, p: M2RParams, sizes: dict,
-           measured: Measurement, complete: bool) -> None:
+def report(per_seed: dict, failures: dict, no_warm: dict, training: dict, args, p: M2RParams,
+           curriculum: CurriculumParams, sizes: dict, measured: Measurement, complete: bool) -> None:
     """Write what was measured so far (after every seed, so a stopped run keeps its seeds)."""
     out = {metric: {d: {s: stats(v) for s, v in by_sys.items()} for d, by_sys in by_ds.items()}
            for metric, by_ds in per_seed.items()}
@@ -225,6 +266,8 @@ def report(per_seed: dict, failures: dict, no_warm: dict, training: dict, args, 
     out["training"] = training
     out["setup"] = {"seeds": args.seeds, "questions": sizes, "world": "400 passages, 2- and 3-hop chains, BM25",
                     "profile": args.profile or "params.yaml", "smoke": args.smoke, "m2r": dataclasses.asdict(p),
+                    "curriculum": dataclasses.asdict(curriculum),
+                    "rag_and_m2r_base": "greedy with the base model: evaluated once, the same for every seed",
                     "spread": "max - min over seeds", "one_stage_steps": 2 * p.steps}
     out["complete"] = complete
     out["commit"] = measured.git["commit"]

@@ -21,14 +21,16 @@ def main(params_file: str = "params.yaml", train: Path = Path("data/claims/train
          out: Path = Path("segments")) -> dict:
     params: CurriculumParams = load_section("curriculum", params_file)
     claims = validate(pq.read_table(train), CLAIMS, str(train))
-    pieces = build_curriculum(claims, params.segments, params.m2r_stage1_fraction, params.seed)
+    pieces = build_curriculum(claims, params.segments, params.m2r_stage1_fraction, params.seed,
+                              params.m2r_split)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.parquet"):  # fewer segments than last time: drop the extra files
         if stale.stem not in pieces:
             stale.unlink()
     for name, table in pieces.items():
         write_parquet(table, out / f"{name}.parquet", CLAIMS)
-    info = manifest(pieces, segments=params.segments, stage1_fraction=params.m2r_stage1_fraction, seed=params.seed)
+    info = manifest(pieces, segments=params.segments, stage1_fraction=params.m2r_stage1_fraction, seed=params.seed,
+                    m2r_split=params.m2r_split)
     write_json(info, out / "manifest.json")
     print("curriculum: " + ", ".join(f"{n}={p['rows']}" for n, p in info["pieces"].items()))
     return info

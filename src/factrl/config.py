@@ -412,13 +412,17 @@ class CurriculumParams:
     segments: N, the number of epoch-2 segments (HARIS Algorithm 1: rounds 2..N+1 each train on
         one); every segment gets an equal share of every (label, num_hops) stratum.
     m2r_stage1_fraction: share of T in the first M2R curriculum stage (macro retrieval and key
-        saving); those are the claims with the fewest hops, chosen per label so both stages keep
-        the label balance. The rest form stage 2 (micro retrieval).
+        saving); the rest form stage 2 (micro retrieval). Both stages keep the label balance.
+    m2r_split: which claims go to stage 1 (factrl.data.curriculum.M2R_SPLITS): ``stratified``, a
+        share of every (label, num_hops) stratum, so the stages differ in skill only (the paper's
+        curriculum); or ``by_hops``, the fewest-hop claims first (at 135M it taught the policy to
+        stop after stage 1's hop count).
     seed: seed of the shuffles inside each stratum.
     """
 
     segments: int = 3
     m2r_stage1_fraction: float = 0.5
+    m2r_split: str = "stratified"
     seed: int = 11
 
 
@@ -1060,7 +1064,7 @@ class M2RStageParams:
     prev: the stage whose model this one starts from (0 = ``m2r.base_model``, warm-started first
         when ``m2r.warm_start``).
     segment: the training questions: a curriculum piece ``segments/<segment>.parquet``
-        (``m2r_stage1``: the fewest-hop claims, ``m2r_stage2``: the rest, ``all``: the one-stage
+        (``m2r_stage1`` and ``m2r_stage2``: the halves of ``curriculum.m2r_split``, ``all``: the one-stage
         ablation), each claim's gold chain turned into one multi-hop question.
     format: what the reward counts as a valid format (paper section 3.4): 1 = macro retrieval, a
         valid key save and a boxed answer; 2 = also micro retrieval in the answer.

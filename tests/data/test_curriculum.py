@@ -1,4 +1,4 @@
-"""Curriculum pieces: segments balanced by label x hops, M2R stages by hop count, all partitions."""
+"""Curriculum pieces: segments balanced by label x hops, M2R stages stratified or by hop count, all partitions."""
 
 from __future__ import annotations
 
@@ -37,8 +37,23 @@ def test_segments_seeded(train):
     assert any(not a[k].equals(c[k]) for k in a)
 
 
-def test_m2r_stage1_has_fewest_hops_and_keeps_labels(train):
+def test_m2r_stratified_stages_share_every_stratum(train):
     stages = split_m2r(train, 0.5, seed=1)
+    s1, s2 = stages["m2r_stage1"], stages["m2r_stage2"]
+    assert s1.num_rows + s2.num_rows == train.num_rows
+    assert s1.num_rows == round(0.5 * train.num_rows)
+    assert not set(s1.column("id").to_pylist()) & set(s2.column("id").to_pylist())
+    c1, c2 = counts(s1), counts(s2)
+    assert set(c1) == set(c2) == set(counts(train))  # every label x hops in both stages
+    assert all(abs(c1[k] - c2[k]) <= 1 for k in c1)
+    third = split_m2r(train, 1 / 3, seed=1)["m2r_stage1"]
+    assert all(abs(n - total / 3) < 1 for n, total in
+               zip(counts(third).values(), (counts(train)[k] for k in counts(third))))
+    assert not split_m2r(train, 0.5, seed=2)["m2r_stage1"].equals(s1)  # seeded
+
+
+def test_m2r_by_hops_stage1_has_fewest_hops_and_keeps_labels(train):
+    stages = split_m2r(train, 0.5, seed=1, how="by_hops")
     s1, s2 = stages["m2r_stage1"], stages["m2r_stage2"]
     assert s1.num_rows + s2.num_rows == train.num_rows
     for label in ("SUPPORTS", "REFUTES"):
@@ -57,3 +72,5 @@ def test_build_curriculum_names_and_errors(train):
         split_segments(train, 0, 0)
     with pytest.raises(ValueError, match="m2r_stage1_fraction"):
         split_m2r(train, 1.0, 0)
+    with pytest.raises(ValueError, match="curriculum.m2r_split: unknown split 'easy_first'"):
+        build_curriculum(train, 2, 0.5, seed=0, m2r_split="easy_first")
