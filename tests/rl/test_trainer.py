@@ -18,8 +18,8 @@ from factrl.config import GRPOParams
 from factrl.rewards.haris import reasoning_reward
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
-from factrl.rl.trainer import (GRPOTrainer, checkpoints, collate, draw_prompts, part_rates, response_logits,
-                               sample_step, step_prompts, train)
+from factrl.rl.trainer import (GRPOTrainer, checkpoints, collate, draw_prompts, part_rates, prompt_strata,
+                               response_logits, sample_step, step_prompts, train)
 from tests.rl.tiny import DYNAMIC_CFG, TINY_CFG, make_rollout_fn, parity_reward, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -355,6 +355,20 @@ def test_balance_by_draws_by_a_prompt_field_and_names_a_missing_one():
     assert all(sorted(prompts[i]["label"] for i in call) == ["N", "N", "S", "S"] for call in calls)
     with pytest.raises(KeyError, match="balance_by: 'hops' is not a field of training prompt 0"):
         sample_step(replace(cfg, balance_by="hops"), prompts, rollout, reward, step=0)
+
+
+def test_balance_by_reads_an_attribute_of_object_prompts():
+    @dataclass(frozen=True)
+    class Question:  # as factrl.agents.march.MarchItem
+        id: int
+        answerable: bool
+
+    questions = [Question(i, i % 4 == 0) for i in range(16)]  # a quarter answerable
+    assert prompt_strata(questions, "answerable") == [i % 4 == 0 for i in range(16)]
+    per_step = [step_prompts(16, 4, 0, s, prompt_strata(questions, "answerable")) for s in range(4)]
+    assert all(sum(questions[i].answerable for i in picked) == 1 for picked in per_step)
+    with pytest.raises(KeyError, match="balance_by: 'label' is not a field of training prompt 0"):
+        prompt_strata(questions, "label")
 
 
 def test_joint_parts_train_each_role_in_its_own_group():

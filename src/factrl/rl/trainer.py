@@ -475,14 +475,15 @@ def draw_prompts(num_prompts: int, per_step: int, seed: int, step: int, draw: in
 
 
 def prompt_strata(prompts: Sequence[Any], key: str) -> list | None:
-    """Each prompt's ``key`` field (None when ``key`` is empty: no stratification)."""
+    """Each prompt's ``key``: a dict prompt's field or an object prompt's attribute (a MARCH
+    question's ``answerable``); None when ``key`` is empty: no stratification."""
     if not key:
         return None
-    missing = [i for i, p in enumerate(prompts) if not isinstance(p, dict) or key not in p]
+    missing = [i for i, p in enumerate(prompts) if not (key in p if isinstance(p, dict) else hasattr(p, key))]
     if missing:
         raise KeyError(f"balance_by: {key!r} is not a field of training prompt {missing[0]} "
                        f"({len(missing)} of {len(prompts)} prompts lack it)")
-    return [p[key] for p in prompts]
+    return [p[key] if isinstance(p, dict) else getattr(p, key) for p in prompts]
 
 
 def draw_seed(seed: int, step: int, draw: int) -> int:
