@@ -49,7 +49,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from factrl.config import (  # noqa: E402
-    CurriculumParams, M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params, resolve_model)
+    CurriculumParams, M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params,
+    resolve_model)
 from _measured import Measurement  # noqa: E402
 
 DATASETS = ("demo", "musique", "hotpotqa")
@@ -167,7 +168,8 @@ def main() -> None:
     claims, index = world(work / "world")
     retriever = Retriever(index, mode="bm25")
     held, train_claims = split_world(claims, args.held)
-    pieces = split_m2r(train_claims, curriculum.m2r_stage1_fraction, seed=curriculum.seed, how=curriculum.m2r_split)
+    pieces = split_m2r(train_claims, curriculum.m2r_stage1_fraction, seed=curriculum.seed,
+                       how=curriculum.m2r_split)
     stage_items = {name: world_items(t) for name, t in pieces.items()}
     all_items = world_items(train_claims)
     sets = {"demo": (held, retriever)}
@@ -186,7 +188,8 @@ def main() -> None:
         if path.exists():
             kept = json.loads(path.read_text())
             if kept["commit"] != commit:
-                raise SystemExit(f"{path} was measured at {kept['commit']}, this is {commit}: use another --work")
+                raise SystemExit(f"{path} was measured at {kept['commit']}, this is {commit}: "
+                                 "use another --work")
             print(f"{name}: kept from {path}", flush=True)
             return kept["result"]
         result = compute()
@@ -197,7 +200,8 @@ def main() -> None:
 
     def base_scores() -> dict:
         base = LocalLLM(base_p.base_model, precision=base_p.precision)
-        return {"rag": evaluate("rag", base, sets, base_p), "m2r_base": evaluate("m2r_base", base, sets, base_p)}
+        return {"rag": evaluate("rag", base, sets, base_p),
+                "m2r_base": evaluate("m2r_base", base, sets, base_p)}
 
     def one_seed(seed: int) -> dict:
         p = dataclasses.replace(base_p, seed=seed)

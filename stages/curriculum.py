@@ -29,8 +29,8 @@ def main(params_file: str = "params.yaml", train: Path = Path("data/claims/train
             stale.unlink()
     for name, table in pieces.items():
         write_parquet(table, out / f"{name}.parquet", CLAIMS)
-    info = manifest(pieces, segments=params.segments, stage1_fraction=params.m2r_stage1_fraction, seed=params.seed,
-                    m2r_split=params.m2r_split)
+    info = manifest(pieces, segments=params.segments, stage1_fraction=params.m2r_stage1_fraction,
+                    seed=params.seed, m2r_split=params.m2r_split)
     write_json(info, out / "manifest.json")
     print("curriculum: " + ", ".join(f"{n}={p['rows']}" for n, p in info["pieces"].items()))
     return info

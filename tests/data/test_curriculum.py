@@ -1,4 +1,5 @@
-"""Curriculum pieces: segments balanced by label x hops, M2R stages stratified or by hop count, all partitions."""
+"""Curriculum pieces: segments balanced by label x hops, M2R stages stratified or by hop count; all
+partitions."""
 
 from __future__ import annotations
 

@@ -15,14 +15,16 @@ answer that declines a question the documents do answer has no claim to fail
 (docs/runs/march-2026-11-25). The checker still sees only the documents and questions.
 
 The checker is blind by construction: :func:`checker_messages` takes the documents and the
-questions and nothing else, and :func:`run_march` builds its input from ``item.documents`` and the
-proposer's parsed questions only, so neither y nor any a_i can reach it. Each pair is then judged by
+questions and nothing else, and :func:`march_loop` builds its input from ``item.documents`` and the
+audited questions only, so neither y nor any a_i can reach it. Each pair is then judged by
 MARCH's vote over the k checker samples (``factrl.rewards.march``: +1 per sample whose answer equals
 a_i, -1 otherwise; the pair fails when the sum is below 0), and the reward chosen by name (ZTR or ERR)
 scores the episode.
 
-Every role runs as agent loops (:func:`factrl.agents.rollout.run_rollouts`, no tools: one turn each),
-one phase at a time over all episodes, so every phase is one batched pass over the engine. Parsers
+An episode is one agent loop (:func:`march_loop`: each role one turn of
+:func:`factrl.agents.rollout.agent_loop`, no tools), the same on every scale: the local trainer runs
+all of a step's episodes on one scheduler (:func:`run_march`; a role's turns share the engine's
+batches), verl one per row on its rollout server (``factrl.recipes.march_verl``). Parsers
 never raise: malformed output is a recorded format failure (``format_errors`` of the episode), which
 the reward scores as one claim that cannot be verified (see :meth:`MarchEpisode.claims` for the
 anchored proposer). An answer that states no number has nothing to propose: the proposer is not asked.
@@ -39,9 +41,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from factrl.agents.rollout import RolloutParams, Trajectory, run_rollouts
+from factrl.agents.loop import AgentLoop, run_loops
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
 from factrl.agents.tools import format_hits
 from factrl.llm.base import Message
+from factrl.llm.tokens import encode_chat
 from factrl.text import extract_numbers, normalize_number
 
 CANNOT_ANSWER = "cannot answer"  # the checker's answer when the documents do not hold the number
@@ -322,56 +326,59 @@ class MarchEpisode:
         return self.solver.loss_mask
 
 
-def _prompts(llm, conversations: list[list[Message]]) -> list[list[int]]:
+def _role(llm, conversation: list[Message], params: RolloutParams, stream: int, tokenizer=None
+          ) -> AgentLoop[Trajectory]:
+    """One role's turn as an agent loop: token-level when ``llm`` (or ``tokenizer``) can encode the
+    chat, as a chat otherwise."""
     encode = getattr(llm, "encode_chat", None)
-    return [encode(c) for c in conversations] if encode is not None else []
+    if encode is not None:
+        ids = encode(conversation)
+    else:
+        ids = encode_chat(tokenizer, conversation) if tokenizer is not None else None
+    return (yield from agent_loop(llm, ids, conversation, None, params, stream=stream, tokenizer=tokenizer))
 
 
-def _run(llm, conversations: list[list[Message]], params: RolloutParams, n: int = 1) -> list[Trajectory]:
-    if not conversations:
-        return []
-    return run_rollouts(llm, _prompts(llm, conversations), None, params, n=n, messages=conversations)
+def march_loop(llm, item: MarchItem, params: MarchParams, *, stream: int = 0,
+               train_roles: Sequence[str] = ("solver", "checker"), tokenizer=None) -> AgentLoop[MarchEpisode]:
+    """One MARCH episode as an agent loop: the solver answers, the proposer extracts the answer's
+    claims (not asked when the answer states no number), then ``params.checker_samples`` checker
+    samples answer the audited questions. The local trainer runs many on one scheduler
+    (:func:`run_march`); verl runs one per row on its rollout server (``factrl.recipes.march_verl``).
+
+    The checker's input is built from ``item.documents`` and the audited questions only: the blindness."""
+    question = solver_messages(item.question, item.documents)
+    solver = yield from _role(llm, question, params.solver, stream, tokenizer)
+    proposer = None
+    if extract_numbers(solver.response_text):  # an answer stating no number has no claim to extract
+        proposer = yield from _role(llm, proposer_messages(solver.response_text), params.proposer, stream,
+                                    tokenizer)
+    proposals = parse_proposals(proposer.response_text) if proposer is not None else NO_PROPOSALS
+    audit = audit_pairs(item, solver.response_text, proposals, params.anchor_question)
+    checkers: list[Trajectory] = []
+    if audit:
+        conversation = checker_messages(item.documents, [q for q, _ in audit])
+        k = params.checker_samples
+        for j in range(k):  # its own stream per sample: k different samples of one prompt
+            checkers.append((yield from _role(llm, conversation, params.checker, stream * k + j, tokenizer)))
+    checks = [parse_checker(t.response_text, len(audit)) for t in checkers]
+    errors = {}
+    if not solver.response_text.strip():
+        errors["solver"] = "empty response"
+    if not proposals.format_valid:
+        errors["proposer"] = proposals.error
+    bad = next((c.error for c in checks if not c.format_valid), None)
+    if bad is not None:
+        errors["checker"] = bad
+    return MarchEpisode(item, solver, proposer, checkers, proposals, checks, errors,
+                        audit=audit if params.anchor_question else None, train_roles=tuple(train_roles))
 
 
 def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 1,
               train_roles: Sequence[str] = ("solver", "checker")) -> list[MarchEpisode]:
-    """``n`` MARCH episodes per item (item-major), each role one batched phase on ``llm``.
-
-    The checker phase is built from ``item.documents`` and the audited questions only (the proposer's
-    parsed questions, after the asked one with ``params.anchor_question``).
-    """
-    solvers = _run(llm, [solver_messages(it.question, it.documents) for it in items], params.solver, n)
-    episode_items = [it for it in items for _ in range(n)]
-    # an answer stating no number has no claim to extract: the proposer is asked only about the others
-    stating = [i for i, t in enumerate(solvers) if extract_numbers(t.response_text)]
-    asked = _run(llm, [proposer_messages(solvers[i].response_text) for i in stating], params.proposer)
-    proposers: list[Trajectory | None] = [None] * len(solvers)
-    for i, t in zip(stating, asked):
-        proposers[i] = t
-    proposals = [parse_proposals(t.response_text) if t is not None else NO_PROPOSALS for t in proposers]
-    audits = [audit_pairs(it, t.response_text, p, params.anchor_question)
-              for it, t, p in zip(episode_items, solvers, proposals)]
-    audited = [i for i, pairs in enumerate(audits) if pairs]
-    k = params.checker_samples
-    checker_trajs = _run(llm, [checker_messages(episode_items[i].documents, [q for q, _ in audits[i]])
-                               for i in audited], params.checker, n=k)
-    by_episode = {i: checker_trajs[j * k:(j + 1) * k] for j, i in enumerate(audited)}
-    episodes = []
-    for i, (item, solver, proposer, prop) in enumerate(zip(episode_items, solvers, proposers, proposals)):
-        checkers = by_episode.get(i, [])
-        checks = [parse_checker(t.response_text, len(audits[i])) for t in checkers]
-        errors = {}
-        if not solver.response_text.strip():
-            errors["solver"] = "empty response"
-        if not prop.format_valid:
-            errors["proposer"] = prop.error
-        bad = next((c.error for c in checks if not c.format_valid), None)
-        if bad is not None:
-            errors["checker"] = bad
-        episodes.append(MarchEpisode(item, solver, proposer, checkers, prop, checks, errors,
-                                     audit=audits[i] if params.anchor_question else None,
-                                     train_roles=tuple(train_roles)))
-    return episodes
+    """``n`` MARCH episodes per item (item-major): :func:`march_loop`\ s on one scheduler, so each
+    role's turns of all episodes share the engine's batches."""
+    return run_loops([march_loop(llm, item, params, stream=i * n + j, train_roles=train_roles)
+                      for i, item in enumerate(items) for j in range(n)])
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ def _stage1_stratified(table: pa.Table, stage1_fraction: float, seed: int) -> np
 M2R_SPLITS = {"stratified": _stage1_stratified, "by_hops": _stage1_by_hops}
 
 
-def split_m2r(table: pa.Table, stage1_fraction: float, seed: int, how: str = "stratified") -> dict[str, pa.Table]:
+def split_m2r(table: pa.Table, stage1_fraction: float, seed: int,
+              how: str = "stratified") -> dict[str, pa.Table]:
     """The M2R two-stage split of ``table`` (see the module docstring for ``how``)."""
     if not 0.0 < stage1_fraction < 1.0:
         raise ValueError(f"curriculum.m2r_stage1_fraction must be in (0, 1), got {stage1_fraction}")
@@ -134,7 +135,8 @@ def manifest(pieces: dict[str, pa.Table], *, segments: int, stage1_fraction: flo
         "segments": segments,
         "m2r_stage1_fraction": stage1_fraction,
         "m2r_split": m2r_split,
-        "m2r_assignment": {"stratified": "a seeded share of every label x hops stratum",
-                           "by_hops": "per label: fewest hops first (unknown last), seeded tie-break"}[m2r_split],
+        "m2r_assignment": {
+            "stratified": "a seeded share of every label x hops stratum",
+            "by_hops": "per label: fewest hops first (unknown last), seeded tie-break"}[m2r_split],
         "pieces": {name: {"rows": t.num_rows, "counts": counts(t)} for name, t in pieces.items()},
     }
