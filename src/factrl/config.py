@@ -1150,7 +1150,14 @@ class TrainMarchParams(GRPOParams):
         dependency, so editing the list reruns every seed's stage.
     base_model: the policy the run starts from: ``base`` (params ``model.base``) or a model (an
         embedded name, HF directory or hub id); resolved by :func:`resolve_model`.
-    backend: where the policy trains: ``local`` (``factrl.rl.trainer``, one device).
+    backend: where the policy trains: ``local`` (``factrl.rl.trainer``, one device) or ``verl``
+        (verl's ``main_ppo`` on a Ray GPU cluster, configured by ``verl``; each row one episode of
+        ``factrl.recipes.march_verl``'s agent loop on verl's rollout server). verl 0.9 returns one
+        trajectory per row, so on verl only the solver trains: ``train_roles`` must be ``[solver]``
+        (the paper's solver-only ablation), and ``dynamic_sampling`` / ``balance_by`` are local only.
+        The warm start and the before / after evaluation run in the stage's process either way.
+    verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`; MARCH starts no
+        server, so only its training fields apply).
     reward: the registered reward (``factrl.rewards``) scoring an episode from the solver's claims and
         the checker's votes: ``march_ztr`` (zero tolerance: every claim must hold) or ``march_err``
         (minus the share of failed claims). Any reward taking ``(solver, checker)`` works; another
@@ -1183,7 +1190,8 @@ class TrainMarchParams(GRPOParams):
 
     seeds: tuple[int, ...] = ()
     base_model: str = "base"
-    backend: Literal["local"] = "local"
+    backend: Literal["local", "verl"] = "local"
+    verl: VerlParams = field(default_factory=VerlParams)
     reward: str = "march_ztr"
     train_roles: tuple[str, ...] = ("solver", "checker")
     checker_samples: int = 3

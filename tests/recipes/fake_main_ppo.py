@@ -23,9 +23,12 @@ def main(argv: list[str]) -> None:
     rows = pq.read_table(overrides["data.train_files"].strip("[]")).to_pylist()
     rollout = "actor_rollout_ref.rollout"
     assert rows and all(r["agent_name"] == overrides[f"{rollout}.agent.default_agent_loop"] for r in rows)
-    [tool] = yaml.safe_load(Path(overrides[f"{rollout}.multi_turn.tool_config_path"]).read_text())["tools"]
-    with urllib.request.urlopen(tool["config"]["retriever_url"] + "/health", timeout=10) as resp:  # up during training
-        assert json.load(resp)["status"] == "ok"
+    tools = yaml.safe_load(Path(overrides[f"{rollout}.multi_turn.tool_config_path"]).read_text())["tools"]
+    for tool in tools:  # a method without tools (MARCH) has none
+        with urllib.request.urlopen(tool["config"]["retriever_url"] + "/health", timeout=10) as resp:  # up now
+            assert json.load(resp)["status"] == "ok"
+    loops = yaml.safe_load(Path(overrides[f"{rollout}.agent.agent_loop_config_path"]).read_text())
+    assert overrides[f"{rollout}.agent.default_agent_loop"] in {loop["name"] for loop in loops}
     model_path = overrides["actor_rollout_ref.model.path"]
     model, tok = AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
     with torch.no_grad():  # "training" moves the weights

@@ -91,3 +91,19 @@ def test_bad_loop_config_is_a_clear_error(config):
         verl_episodes(config, llm, [ITEM], checkers=3)
     with pytest.raises(Exception, match="march_zero"):
         verl_episodes(config, llm, [ITEM], reward="march_zero")
+
+
+def test_the_stage_plan_is_a_verl_config_with_the_march_loop_and_no_tool(tmp_path):
+    from factrl.config import TrainMarchParams
+    from factrl.recipes.march_verl import REWARD_MODULE, plan
+    from factrl.rl import verl_backend
+
+    p = TrainMarchParams(backend="verl", train_roles=("solver",), max_context_tokens=1536, steps=5, seed=2)
+    vp = plan(p, init_model="/models/warm", out_model=tmp_path / "out", metrics_path=tmp_path / "m.csv",
+              work_dir=tmp_path / "work", device="cpu")
+    assert vp.stage == "train_march@2" and vp.tools == [] and not vp.servers
+    cfg = verl_backend.compose(vp.overrides)  # verl's own config files accept every override
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == MARCH
+    assert cfg.reward.custom_reward_function.path == REWARD_MODULE
+    assert cfg.trainer.total_training_steps == 5 and cfg.actor_rollout_ref.rollout.n == p.group_size
+    assert cfg.data.max_response_length == p.max_context_tokens - p.verl.max_prompt_length

@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from dvc.repo import Repo
@@ -63,6 +64,10 @@ def _params_file(tmp_path: Path, section: dict) -> Path:
     ({"checker_samples": 0}, "train_march.checker_samples"),
     ({"held_out": 64}, "train_march.held_out"),
     ({"unanswerable": 1.0}, "train_march.unanswerable"),
+    # verl returns one trajectory per row: only the solver trains there
+    ({"backend": "verl"}, "train_march.train_roles"),
+    ({"backend": "verl", "train_roles": ["solver"], "dynamic_sampling": True}, "train_march.dynamic_sampling"),
+    ({"backend": "verl", "train_roles": ["solver"], "max_context_tokens": 1024}, "train_march.max_context_tokens"),
 ])
 def test_a_wrong_name_stops_the_stage_naming_the_key(tmp_path, section, key):
     params = load_section("train_march", _params_file(tmp_path, section))
@@ -124,6 +129,35 @@ def test_tiny_run_end_to_end_records_curves_failures_time_and_memory(tmp_path):
     assert sum(results["training"]["format_failures"].values()) > 0  # this random model writes no valid role
     assert (tmp_path / "march" / "model_s0" / "config.json").is_file()
     assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
+
+@pytest.mark.slow
+def test_tiny_run_on_the_verl_backend(tmp_path, repo_root, monkeypatch):
+    """``backend: verl`` with a stand-in for verl's ``main_ppo`` (tests/recipes/fake_main_ppo.py; verl's
+    trainer needs CUDA): the stage writes MARCH rows and the march agent loop's config, no tool, and
+    evaluates the model merged from verl's checkpoint."""
+    from stages.train_march import train_march
+    from factrl.rl import verl_backend
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    base = tmp_path / "base"
+    tiny_model(tok, seed=0, init_std=0.02).save_pretrained(base)
+    tok.save_pretrained(base)
+    params = dataclasses.replace(TINY, base_model=str(base), backend="verl", train_roles=("solver",), warmup=False,
+                                 steps=2, max_context_tokens=1536, dynamic_sampling=False)
+    monkeypatch.setattr(verl_backend, "MAIN_PPO", ("-m", "tests.recipes.fake_main_ppo"))
+    monkeypatch.setenv("PYTHONPATH", f"{repo_root}:{repo_root / 'src'}")
+    results = train_march(params, 0, root=tmp_path)
+    assert results["training"]["reward_mean"] == [0.1, 0.2]  # the stand-in's curve, read back
+    work = tmp_path / "checkpoints" / "march_s0" / "verl"
+    rows = pq.read_table(work / "train.parquet").to_pylist()
+    assert len(rows) == params.num_questions - params.held_out and {r["agent_name"] for r in rows} == {"march"}
+    assert yaml.safe_load((work / "tools.yaml").read_text())["tools"] == []
+    [loop] = yaml.safe_load((work / "agent_loops.yaml").read_text())
+    assert loop["name"] == "march" and loop["march"]["reward"] == params.reward
+    info = json.loads((tmp_path / "march" / "model_s0" / "factrl_train.json").read_text())
+    assert info["backend"] == "verl" and info["agent"] == "march"
+
 
 def test_reference_episodes_speak_each_role_protocol_and_end_with_eos():
     from factrl.agents import march as agent

@@ -82,6 +82,17 @@ def check_params(p: TrainMarchParams, where: str = WHERE) -> None:
         raise ConfigError(f"{where}.num_documents: must be >= 1, got {p.num_documents}")
     if not 0.0 <= p.unanswerable < 1.0:
         raise ConfigError(f"{where}.unanswerable: must be a share in [0, 1), got {p.unanswerable}")
+    if p.backend == "verl":  # what verl 0.9 cannot run (see TrainMarchParams.backend)
+        if tuple(p.train_roles) != ("solver",):
+            raise ConfigError(f"{where}.train_roles: {list(p.train_roles)} on backend verl; verl returns one "
+                              "trajectory per row, so only [solver] trains there (or use backend local)")
+        for key, off in (("dynamic_sampling", False), ("balance_by", "")):
+            if getattr(p, key) != off:
+                raise ConfigError(f"{where}.{key}: {getattr(p, key)!r} is not available on backend verl "
+                                  f"(verl 0.9's main_ppo has no counterpart); set it to {off!r}")
+        if p.max_context_tokens <= p.verl.max_prompt_length:
+            raise ConfigError(f"{where}.max_context_tokens: {p.max_context_tokens} leaves no response budget "
+                              f"after {where}.verl.max_prompt_length {p.verl.max_prompt_length}")
 
 
 def run_params(p: TrainMarchParams, seed: int) -> TrainMarchParams:
@@ -292,9 +303,16 @@ def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, metrics_path: 
     def make_fns(policy):
         return rollout_fn(policy, march_params(p), p.train_roles), reward_fn(p.reward, failures)
 
-    result = run_agent_training(agent="march", init_model=init, items=[to_item(r) for r in train_rows], cfg=p,
-                                make_fns=make_fns, state_dir=state_dir / "grpo", out_model=out_model,
-                                metrics_path=metrics_path, model_tokenizer=(model, tok), on_step=on_step)
+    if p.backend == "verl":  # the solver trains on the cluster; the evaluation reads the merged model
+        from factrl.recipes import march_verl
+
+        result = march_verl.train(p, [to_item(r) for r in train_rows], init_model=init, out_model=out_model,
+                                  metrics_path=metrics_path, work_dir=state_dir / "verl")
+        model, tok = load_model_and_tokenizer(str(out_model), device=device)
+    else:
+        result = run_agent_training(agent="march", init_model=init, items=[to_item(r) for r in train_rows], cfg=p,
+                                    make_fns=make_fns, state_dir=state_dir / "grpo", out_model=out_model,
+                                    metrics_path=metrics_path, model_tokenizer=(model, tok), on_step=on_step)
     after = evaluate(LocalLLM(model_obj=model, tokenizer=tok, precision=p.precision), held, p)
     print(f"train_march: after: hallucination {after['hallucination_rate']:.2f}, accuracy "
           f"{after['accuracy']:.2f}, proposals {after['proposals_per_answer']:.2f}", flush=True)

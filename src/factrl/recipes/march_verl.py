@@ -14,6 +14,10 @@ the checker's trajectories (trained jointly by the local trainer, ``train_roles:
 cannot come back from the same episode. That is the paper's solver-only ablation; the checker still
 plays with the current weights.
 
+``train_march.backend: verl`` (:func:`plan`, :func:`train`): the stage's GRPO on verl's ``main_ppo``
+through :mod:`factrl.recipes.verl_rounds`' plan and run (rows, agent-loop config, Hydra overrides,
+checkpoint merge, curve), with no tool and no server.
+
 Rows (:func:`march_row`): the solver's prompt as verl's ``prompt``, the gold number as
 ``ground_truth`` (no role sees it; the logs' accuracy reads it; "cannot answer" for a question with
 no gold number) and the question, whether its documents answer it and the documents in
@@ -23,12 +27,14 @@ no gold number) and the question, whether its documents answer it and the docume
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 
 from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
+from factrl.config import TrainMarchParams
 from factrl.recipes.march import score_episode
 from factrl.rewards.registry import get_reward
 from factrl.rl import verl_backend
@@ -37,6 +43,8 @@ from factrl.rl.verl_agent import PASSTHROUGH, FactrlAgentLoop, VerlEngine, plain
 MARCH = "march"  # the agent loop's name and the rows' data_source
 # the loop config's keys: default_march_params' arguments besides the sampling verl decides, and the reward
 MARCH_KEYS = ("max_new_tokens", "checker_temperature", "checker_samples", "anchor_question", "reward")
+LOOP_CLASS = "factrl.recipes.march_verl.MarchAgentLoop"
+REWARD_MODULE = "pkg://factrl.recipes.march_verl"
 
 
 def march_row(index: int, item: agent.MarchItem) -> dict:
@@ -114,3 +122,50 @@ class MarchAgentLoop(FactrlAgentLoop):
             metrics=AgentLoopMetrics(generate_sequences=engine.seconds, tool_calls=0.0),
             extra_fields={"reward_extra_info": {k: float(v) for k, v in scored.parts.items()},
                           "format_errors": dict(episode.format_errors)})
+
+
+# --------------------------------------------------------------------------------------------
+# the stage on verl
+# --------------------------------------------------------------------------------------------
+
+def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path: Path, work_dir: Path,
+         device: str = "cuda"):
+    """The verl run of one ``train_march`` seed (paths absolute: Ray workers run elsewhere); no side effect."""
+    from factrl.recipes import verl_rounds
+
+    work_dir = Path(work_dir).resolve()
+    loop_config = {"march": {"reward": p.reward, "max_new_tokens": p.max_new_tokens,
+                             "checker_samples": p.checker_samples, "checker_temperature": p.checker_temperature,
+                             "anchor_question": p.anchor_question}}
+    vp = verl_rounds.VerlPlan(
+        stage=f"train_march@{p.seed}", agent=MARCH, cfg=p, init_model=init_model, out_model=Path(out_model).resolve(),
+        metrics_path=Path(metrics_path).resolve(), work_dir=work_dir, tools=[],
+        loops={MARCH: (LOOP_CLASS, loop_config)}, overrides=[], servers=[], env={},
+        make_rows=lambda items: [march_row(i, it) for i, it in enumerate(items)])
+    # the reward is scored in the loop (rm_scores); verl still wants a reward function configured
+    vp.overrides = verl_backend.grpo_overrides(
+        p, p.verl, model_path=init_model, train_file=str(vp.train_file), agent_name=MARCH,
+        tool_config=str(vp.tool_config), agent_loop_config=str(vp.agent_loop_config),
+        state_dir=str(work_dir / "verl"), experiment=f"march_s{p.seed}", reward_function=REWARD_MODULE,
+        device=device)
+    vp.env = {verl_backend.LOG_FILE_ENV: str(work_dir / verl_rounds.METRICS_GLOB.replace("*", "{launch}"))}
+    if p.verl.train_gpus:
+        vp.env["CUDA_VISIBLE_DEVICES"] = p.verl.train_gpus
+    return vp
+
+
+def train(p: TrainMarchParams, items: list[agent.MarchItem], *, init_model: str, out_model: Path,
+          metrics_path: Path, work_dir: Path):
+    """GRPO of the solver on verl from ``init_model`` into ``out_model`` (resumes from verl's checkpoints)."""
+    from factrl.recipes import verl_rounds
+
+    return verl_rounds.run(plan(p, init_model=init_model, out_model=out_model, metrics_path=metrics_path,
+                                work_dir=work_dir), items)
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
+                  **_: Any) -> dict:
+    """verl's reward hook, never reached for MARCH rows: their loop sets ``reward_score`` (a row that
+    arrives here lost its episode, and scoring its text alone would drop the checker)."""
+    raise RuntimeError(f"{data_source} rows are scored inside the {MARCH!r} agent loop (reward_score); "
+                       "compute_score got one without it: is the row's agent_name the march loop?")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from factrl.agents import haris
-from factrl.config import AgentTrainParams, RoundParams, TrainParams
+from factrl.config import AgentTrainParams, GRPOParams, RoundParams, TrainParams
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_verl import REASONING, SEARCH
 from factrl.rl import verl_backend
@@ -89,7 +89,7 @@ class VerlPlan:
 
     stage: str
     agent: str
-    cfg: AgentTrainParams
+    cfg: GRPOParams  # an agent's AgentTrainParams, or train_march's section
     init_model: str
     out_model: Path
     metrics_path: Path
@@ -100,6 +100,7 @@ class VerlPlan:
     servers: list[Server]
     env: dict[str, str]
     search_model: str | None = None  # L_r, whose weights are part of the reasoning agent's run
+    make_rows: Callable[[list], list[dict]] | None = None  # items -> verl rows; None = agent_rows(agent, .)
 
     @property
     def train_file(self) -> Path:
@@ -216,10 +217,10 @@ def agent_rows(agent: str, items: list[dict]) -> list[dict]:
         for i, it in enumerate(items)]
 
 
-def export(p: VerlPlan, items: list[dict], tokenizer=None) -> None:
+def export(p: VerlPlan, items: list, tokenizer=None) -> None:
     """Write the rows (checked against ``train.verl.max_prompt_length`` when a tokenizer is given)
     and the tool and agent-loop configs into the plan's work directory."""
-    rows = agent_rows(p.agent, items)
+    rows = p.make_rows(items) if p.make_rows is not None else agent_rows(p.agent, items)
     verl_backend.check_rows(rows, f"{p.stage} prompts", tokenizer=tokenizer,
                             max_prompt_length=_override(p, "data.max_prompt_length"))
     verl_backend.write_dataset(rows, p.train_file)
@@ -237,7 +238,7 @@ def _override(p: VerlPlan, key: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def run(p: VerlPlan, items: list[dict]) -> haris_rounds.RunResult:
+def run(p: VerlPlan, items: list) -> haris_rounds.RunResult:
     """Export, serve, train with ``main_ppo``, merge the last checkpoint into ``p.out_model`` and
     write the curve (see the module docstring). A killed run resumes from verl's checkpoints in
     the work directory when its inputs (params, initial weights, prompts) are unchanged."""

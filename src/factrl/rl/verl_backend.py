@@ -9,7 +9,8 @@ rollouts, FSDP actor). This module holds what does not depend on the method bein
   ``extra_info{index, tools_kwargs, need_tools_kwargs, ...}``).
 * :func:`write_tool_config` / :func:`write_agent_loop_config`: the YAML files verl loads its tools
   and agent loops from (``multi_turn.tool_config_path``, ``agent.agent_loop_config_path``).
-* :func:`grpo_overrides`: an agent's :class:`~factrl.config.AgentTrainParams` and the cluster's
+* :func:`grpo_overrides`: a run's :class:`~factrl.config.GRPOParams` (an agent's
+  :class:`~factrl.config.AgentTrainParams`, or ``train_march``'s section) and the cluster's
   :class:`~factrl.config.VerlParams` as Hydra overrides of verl's ``ppo_trainer`` config;
   :func:`compose` composes them with verl's own config files (what ``main_ppo`` would run) and
   :func:`main_ppo_command` is the command line.
@@ -36,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from factrl.config import AgentTrainParams, VerlParams
+from factrl.config import GRPOParams, VerlParams
 from factrl.io import atomic_path
 
 MAIN_PPO = ("-m", "verl.trainer.main_ppo")
@@ -69,15 +70,15 @@ def verl_row(*, index: int, data_source: str, agent_name: str, messages: Sequenc
     """One ``RLHFDataset`` row. ``data_source`` names the reward, ``agent_name`` the agent loop;
     ``tool_name`` gets ``create_kwargs`` in ``extra_info.tools_kwargs`` (verl hands them to the tool
     when the trajectory calls it)."""
-    tools_kwargs = {tool_name: {"create_kwargs": dict(create_kwargs or {})}} if tool_name else {}
+    # a row without a tool has no tools_kwargs at all: Parquet cannot store a struct with no field
+    tools = {"tools_kwargs": {tool_name: {"create_kwargs": dict(create_kwargs or {})}}} if tool_name else {}
     return {
         "data_source": data_source,
         "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
         "ability": ability,
         "reward_model": {"style": reward_style, "ground_truth": ground_truth},
         "agent_name": agent_name,
-        "extra_info": {"index": int(index), "tools_kwargs": tools_kwargs, "need_tools_kwargs": False,
-                       **dict(extra or {})},
+        "extra_info": {"index": int(index), **tools, "need_tools_kwargs": False, **dict(extra or {})},
     }
 
 
@@ -158,7 +159,7 @@ def overrides_from(mapping: Mapping[str, Any]) -> list[str]:
     return [f"{key}={hydra_value(value)}" for key, value in mapping.items()]
 
 
-def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: str, train_file: str, agent_name: str,
+def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, train_file: str, agent_name: str,
                    tool_config: str, agent_loop_config: str, state_dir: str, experiment: str,
                    reward_function: str, reward_kwargs: Mapping[str, Any] | None = None,
                    device: str = "cuda") -> list[str]:
@@ -182,6 +183,7 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
     if response_length < 1:
         raise ValueError(f"max_context_tokens {cfg.max_context_tokens} leaves no response budget after "
                          f"train.verl.max_prompt_length {cluster.max_prompt_length}")
+    turns = getattr(cfg, "max_turns", 0)  # tool calls per rollout; a method without tools (MARCH) has none
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
     values: dict[str, Any] = {
@@ -226,8 +228,8 @@ def grpo_overrides(cfg: AgentTrainParams, cluster: VerlParams, *, model_path: st
         f"{rollout}.log_prob_micro_batch_size_per_gpu": cfg.micro_batch_size,
         f"{rollout}.calculate_log_probs": cfg.tis_cap > 0,
         f"{rollout}.multi_turn.enable": True,
-        f"{rollout}.multi_turn.max_user_turns": cfg.max_turns,
-        f"{rollout}.multi_turn.max_assistant_turns": cfg.max_turns + 1,
+        f"{rollout}.multi_turn.max_user_turns": turns,
+        f"{rollout}.multi_turn.max_assistant_turns": turns + 1,
         f"{rollout}.multi_turn.tool_config_path": tool_config,
         f"{rollout}.agent.agent_loop_config_path": agent_loop_config,
         f"{rollout}.agent.default_agent_loop": agent_name,
