@@ -346,8 +346,8 @@ def march_loop(llm, item: MarchItem, params: MarchParams, *, stream: int = 0,
     (:func:`run_march`); verl runs one per row on its rollout server (``factrl.recipes.march_verl``).
 
     The checker's input is built from ``item.documents`` and the audited questions only: the blindness."""
-    question = solver_messages(item.question, item.documents)
-    solver = yield from _role(llm, question, params.solver, stream, tokenizer)
+    solver_prompt = solver_messages(item.question, item.documents)
+    solver = yield from _role(llm, solver_prompt, params.solver, stream, tokenizer)
     proposer = None
     if extract_numbers(solver.response_text):  # an answer stating no number has no claim to extract
         proposer = yield from _role(llm, proposer_messages(solver.response_text), params.proposer, stream,
