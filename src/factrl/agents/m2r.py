@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
 from factrl.agents.protocol import Segment, escape_tags, parse_tags, sequence_error, span_error, tag_regex
-from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import RetrieverTool, Toolbox
 from factrl.llm.base import Message
 from factrl.rewards.m2r import boxed_spans
@@ -388,18 +388,13 @@ class M2RResult:
         return self.parse.final_answer
 
 
-def _prompt_ids(llm, conv: list[Message]) -> list[int] | None:
-    encode = getattr(llm, "encode_chat", None)
-    return encode(conv) if encode is not None else None
-
-
 def m2r_loop(llm, question: str, macro_tool: MacroTool, params: RolloutParams | None = None, *, stage: int = 2,
              style: str = "full", stream: int = 0) -> AgentLoop[M2RResult]:
     """One M2R rollout as an agent loop: a fresh store, the three tools, the shared loop."""
     store = KeyInfoStore()
     tools = Toolbox(macro_tool, SaveTool(store), MicroTool(store))
     conv = m2r_messages(question, style)
-    traj = yield from agent_loop(llm, _prompt_ids(llm, conv), conv, tools, params or default_m2r_params(),
+    traj = yield from agent_loop(llm, chat_prompt_ids(llm, conv), conv, tools, params or default_m2r_params(),
                                  stream=stream)
     return M2RResult(question, traj, parse_m2r(traj.response_text, stage), store)
 

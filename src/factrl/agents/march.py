@@ -42,10 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
-from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import format_hits
 from factrl.llm.base import Message
-from factrl.llm.tokens import encode_chat
 from factrl.text import extract_numbers, normalize_number
 
 CANNOT_ANSWER = "cannot answer"  # the checker's answer when the documents do not hold the number
@@ -330,11 +329,7 @@ def _role(llm, conversation: list[Message], params: RolloutParams, stream: int, 
           ) -> AgentLoop[Trajectory]:
     """One role's turn as an agent loop: token-level when ``llm`` (or ``tokenizer``) can encode the
     chat, as a chat otherwise."""
-    encode = getattr(llm, "encode_chat", None)
-    if encode is not None:
-        ids = encode(conversation)
-    else:
-        ids = encode_chat(tokenizer, conversation) if tokenizer is not None else None
+    ids = chat_prompt_ids(llm, conversation, tokenizer)
     return (yield from agent_loop(llm, ids, conversation, None, params, stream=stream, tokenizer=tokenizer))
 
 

@@ -307,6 +307,16 @@ def _chat_loop(llm, conversation: Sequence[Message], tools: dict[str, Tool], par
     return s.trajectory()
 
 
+def chat_prompt_ids(llm, conversation: Sequence[Message], tokenizer=None) -> list[int] | None:
+    """``conversation``'s token ids for a token-level rollout: the backend's ``encode_chat`` where it
+    has one, else ``tokenizer``'s chat template (verl's server takes ids but renders no chat); None
+    when neither exists, so :func:`agent_loop` runs the turn as a chat."""
+    encode = getattr(llm, "encode_chat", None)
+    if encode is not None:
+        return encode(conversation)
+    return encode_chat(tokenizer, conversation) if tokenizer is not None else None
+
+
 def agent_loop(llm, prompt_ids: list[int] | None, conversation: Sequence[Message] | None,
                tool, params: RolloutParams, *, stream: int = 0, tokenizer=None
                ) -> AgentLoop[Trajectory]:

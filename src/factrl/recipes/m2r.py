@@ -28,7 +28,7 @@ from pathlib import Path
 from factrl.agents import m2r
 from factrl.agents.haris import prompt_style
 from factrl.agents.loop import run_loops
-from factrl.agents.rollout import RolloutParams, agent_loop
+from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
 from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, chain_entry
 from factrl.recipes import haris_rounds
 from factrl.rewards.m2r import extract_boxed
@@ -199,9 +199,8 @@ def rag_answers(llm, items: Sequence[dict], macro_tool: m2r.MacroTool, max_new_t
     (:func:`rag_prediction`)."""
     passages = macro_tool([it["question"] for it in items])
     convs = [rag_messages(it["question"], p) for it, p in zip(items, passages)]
-    encode = getattr(llm, "encode_chat", None)
     params = RolloutParams(max_turns=0, max_new_tokens=max_new_tokens, max_context_tokens=4096)
-    trajs = run_loops([agent_loop(llm, encode(c) if encode else None, c, None, params, stream=i)
+    trajs = run_loops([agent_loop(llm, chat_prompt_ids(llm, c), c, None, params, stream=i)
                        for i, c in enumerate(convs)])
     return [rag_prediction(t.response_text) for t in trajs]
 

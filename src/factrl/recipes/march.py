@@ -45,6 +45,7 @@ from factrl.agents import march as agent
 from factrl.config import ConfigError, TrainMarchParams, WorldParams
 from factrl.data.world import numeric_questions
 from factrl.rewards.registry import REWARDS, RewardResult, get_reward
+from factrl.rl import verl_backend
 
 ROLES_TRAINED = ("solver", "checker")  # the roles with a trajectory to train (the proposer only extracts)
 WHERE = "params.yaml:train_march"
@@ -86,13 +87,11 @@ def check_params(p: TrainMarchParams, where: str = WHERE) -> None:
         if tuple(p.train_roles) != ("solver",):
             raise ConfigError(f"{where}.train_roles: {list(p.train_roles)} on backend verl; verl returns one "
                               "trajectory per row, so only [solver] trains there (or use backend local)")
-        for key, off in (("dynamic_sampling", False), ("balance_by", "")):
-            if getattr(p, key) != off:
-                raise ConfigError(f"{where}.{key}: {getattr(p, key)!r} is not available on backend verl "
-                                  f"(verl 0.9's main_ppo has no counterpart); set it to {off!r}")
-        if p.max_context_tokens <= p.verl.max_prompt_length:
-            raise ConfigError(f"{where}.max_context_tokens: {p.max_context_tokens} leaves no response budget "
-                              f"after {where}.verl.max_prompt_length {p.verl.max_prompt_length}")
+        try:
+            verl_backend.check_grpo(p, p.verl, section=where, cluster_section=f"{where}.verl",
+                                    backend_key=f"{where}.backend")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def run_params(p: TrainMarchParams, seed: int) -> TrainMarchParams:

@@ -35,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopO
 from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
 from factrl.config import TrainMarchParams
+from factrl.recipes import verl_rounds
 from factrl.recipes.march import score_episode
 from factrl.rewards.registry import get_reward
 from factrl.rl import verl_backend
@@ -131,8 +132,6 @@ class MarchAgentLoop(FactrlAgentLoop):
 def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path: Path, work_dir: Path,
          device: str = "cuda"):
     """The verl run of one ``train_march`` seed (paths absolute: Ray workers run elsewhere); no side effect."""
-    from factrl.recipes import verl_rounds
-
     work_dir = Path(work_dir).resolve()
     loop_config = {"march": {"reward": p.reward, "max_new_tokens": p.max_new_tokens,
                              "checker_samples": p.checker_samples, "checker_temperature": p.checker_temperature,
@@ -148,17 +147,13 @@ def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path:
         tool_config=str(vp.tool_config), agent_loop_config=str(vp.agent_loop_config),
         state_dir=str(work_dir / "verl"), experiment=f"march_s{p.seed}", reward_function=REWARD_MODULE,
         device=device)
-    vp.env = {verl_backend.LOG_FILE_ENV: str(work_dir / verl_rounds.METRICS_GLOB.replace("*", "{launch}"))}
-    if p.verl.train_gpus:
-        vp.env["CUDA_VISIBLE_DEVICES"] = p.verl.train_gpus
+    vp.env = verl_rounds.main_ppo_env(work_dir, p.verl)
     return vp
 
 
 def train(p: TrainMarchParams, items: list[agent.MarchItem], *, init_model: str, out_model: Path,
           metrics_path: Path, work_dir: Path):
     """GRPO of the solver on verl from ``init_model`` into ``out_model`` (resumes from verl's checkpoints)."""
-    from factrl.recipes import verl_rounds
-
     return verl_rounds.run(plan(p, init_model=init_model, out_model=out_model, metrics_path=metrics_path,
                                 work_dir=work_dir), items)
 

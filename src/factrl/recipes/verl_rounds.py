@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from factrl.agents import haris
-from factrl.config import AgentTrainParams, GRPOParams, RoundParams, TrainParams
+from factrl.config import AgentTrainParams, GRPOParams, RoundParams, TrainParams, VerlParams
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_verl import REASONING, SEARCH
 from factrl.rl import verl_backend
@@ -193,10 +193,17 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         tool_config=str(p.tool_config), agent_loop_config=str(p.agent_loop_config),
         state_dir=str(work_dir / "verl"), experiment=f"{spec.name}_r{rnd.id}", reward_function=REWARD_MODULE,
         reward_kwargs=reward_kwargs, device=device)
-    p.env = {verl_backend.LOG_FILE_ENV: str(work_dir / METRICS_GLOB.replace("*", "{launch}"))}
-    if cluster.train_gpus:
-        p.env["CUDA_VISIBLE_DEVICES"] = cluster.train_gpus
+    p.env = main_ppo_env(work_dir, cluster)
     return p
+
+
+def main_ppo_env(work_dir: Path, cluster: VerlParams) -> dict[str, str]:
+    """``main_ppo``'s extra environment: where verl's file logger writes (``{launch}`` filled in per
+    launch, so a resumed run keeps its earlier curve) and the training GPUs."""
+    env = {verl_backend.LOG_FILE_ENV: str(work_dir / METRICS_GLOB.replace("*", "{launch}"))}
+    if cluster.train_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = cluster.train_gpus
+    return env
 
 
 # --------------------------------------------------------------------------------------------

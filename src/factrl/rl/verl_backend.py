@@ -9,6 +9,7 @@ rollouts, FSDP actor). This module holds what does not depend on the method bein
   ``extra_info{index, tools_kwargs, need_tools_kwargs, ...}``).
 * :func:`write_tool_config` / :func:`write_agent_loop_config`: the YAML files verl loads its tools
   and agent loops from (``multi_turn.tool_config_path``, ``agent.agent_loop_config_path``).
+* :func:`check_grpo`: the GRPO settings verl cannot run, refused naming their params keys.
 * :func:`grpo_overrides`: a run's :class:`~factrl.config.GRPOParams` (an agent's
   :class:`~factrl.config.AgentTrainParams`, or ``train_march``'s section) and the cluster's
   :class:`~factrl.config.VerlParams` as Hydra overrides of verl's ``ppo_trainer`` config;
@@ -159,6 +160,29 @@ def overrides_from(mapping: Mapping[str, Any]) -> list[str]:
     return [f"{key}={hydra_value(value)}" for key, value in mapping.items()]
 
 
+def check_grpo(cfg: GRPOParams, cluster: VerlParams, *, section: str = "train.<agent>",
+               cluster_section: str = "train.verl", backend_key: str = "train.backend") -> None:
+    """Refuse the settings verl 0.9's ``main_ppo`` cannot run, with errors naming their params keys
+    (``section``: where ``cfg`` lives, ``cluster_section``: where ``cluster`` lives). A stage calls it
+    when it starts; :func:`grpo_overrides` calls it again."""
+    group = cfg.group_size
+    trajectories = cfg.mini_batch_size or cfg.prompts_per_step * group
+    if trajectories % group:
+        raise ValueError(f"mini_batch_size {cfg.mini_batch_size} is not a multiple of group_size {group}: "
+                         "verl updates on whole groups")
+    if cfg.dynamic_sampling:  # verl 0.9's main_ppo (its v0 trainer) never reads algorithm.filter_groups
+        raise ValueError(f"dynamic_sampling is not available on {backend_key} verl: verl 0.9's main_ppo "
+                         "trainer ignores algorithm.filter_groups (only its experimental v1 trainer reads "
+                         f"it); set {section}.dynamic_sampling false or use the local backend")
+    if cfg.balance_by:  # verl draws its batches with its own dataloader sampler
+        raise ValueError(f"balance_by ({cfg.balance_by!r}) is not available on {backend_key} verl: verl's "
+                         f"dataloader shuffles without strata; set {section}.balance_by '' or use the "
+                         "local backend")
+    if cfg.max_context_tokens <= cluster.max_prompt_length:
+        raise ValueError(f"{section}.max_context_tokens {cfg.max_context_tokens} leaves no response budget "
+                         f"after {cluster_section}.max_prompt_length {cluster.max_prompt_length}")
+
+
 def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, train_file: str, agent_name: str,
                    tool_config: str, agent_loop_config: str, state_dir: str, experiment: str,
                    reward_function: str, reward_kwargs: Mapping[str, Any] | None = None,
@@ -166,23 +190,10 @@ def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, tra
     """verl's ``ppo_trainer`` overrides for GRPO of one agent: the same group size, learning rate,
     KL loss, clipping, loss aggregation, lengths and tool-call limit as the local trainer's run of
     ``cfg``, on the cluster ``cluster``; then ``cluster.extra_overrides``."""
+    check_grpo(cfg, cluster)
     group = cfg.group_size
     trajectories = cfg.mini_batch_size or cfg.prompts_per_step * group
-    if trajectories % group:
-        raise ValueError(f"mini_batch_size {cfg.mini_batch_size} is not a multiple of group_size {group}: "
-                         "verl updates on whole groups")
-    if cfg.dynamic_sampling:  # verl 0.9's main_ppo (its v0 trainer) never reads algorithm.filter_groups
-        raise ValueError("dynamic_sampling is not available on train.backend verl: verl 0.9's main_ppo trainer "
-                         "ignores algorithm.filter_groups (only its experimental v1 trainer reads it); set "
-                         "train.<agent>.dynamic_sampling false or use the local backend")
-    if cfg.balance_by:  # verl draws its batches with its own dataloader sampler
-        raise ValueError(f"balance_by ({cfg.balance_by!r}) is not available on train.backend verl: verl's "
-                         "dataloader shuffles without strata; set train.<agent>.balance_by '' or use the "
-                         "local backend")
     response_length = cfg.max_context_tokens - cluster.max_prompt_length
-    if response_length < 1:
-        raise ValueError(f"max_context_tokens {cfg.max_context_tokens} leaves no response budget after "
-                         f"train.verl.max_prompt_length {cluster.max_prompt_length}")
     turns = getattr(cfg, "max_turns", 0)  # tool calls per rollout; a method without tools (MARCH) has none
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
