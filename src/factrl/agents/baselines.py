@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from factrl.agents.protocol import REFUTES, SUPPORTS, ReasoningParse, parse_single_agent
-from factrl.agents.rollout import RolloutParams, Trajectory, run_rollouts
+from factrl.agents.rollout import RolloutParams, Trajectory, chat_prompt_ids, run_rollouts
 from factrl.agents.tools import RetrieverTool, format_hits
 from factrl.llm.base import Message, SamplingParams
 from factrl.llm.signatures import verify_claims
@@ -151,9 +151,7 @@ def single_agent(claims: list[str], *, llm, retriever, k: int = TOP_K, n: int = 
     """One agent searches with the retriever and decides alone (``n`` rollouts per claim)."""
     tool = retriever if isinstance(retriever, RetrieverTool) else RetrieverTool(retriever, k=k)
     convs = [single_agent_messages(c) for c in claims]
-    encode = getattr(llm, "encode_chat", None)
-    ids = [encode(c) for c in convs] if encode is not None else []
-    trajs = run_rollouts(llm, ids, tool, params or default_single_agent_params(), n=n, messages=convs)
+    trajs = run_rollouts(llm, [chat_prompt_ids(llm, c) for c in convs], tool, params or default_single_agent_params(), n=n, messages=convs)
     out = []
     for claim, t in zip([c for c in claims for _ in range(n)], trajs):
         p = parse_single_agent(t.response_text)

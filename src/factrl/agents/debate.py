@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from factrl.agents import baselines, haris
 from factrl.agents.loop import run_loops
 from factrl.agents.protocol import REFUTES, SUPPORTS, escape_tags, parse_reasoning, parse_tags
-from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import RetrieverTool
 from factrl.io import write_json
 from factrl.llm.base import Message, SamplingParams
@@ -434,8 +434,7 @@ class Debate:
                                    max_context_tokens=p.max_context_tokens, end_tags=("</verification>",),
                                    response_prefix="<think>", temperature=m.temperature,
                                    seed=seed_for(m.temperature, m.seed + 1000 * index))
-            encode = getattr(m.llm, "encode_chat", None)
-            loops.append(agent_loop(m.llm, encode(messages) if encode else None, messages, None, params,
+            loops.append(agent_loop(m.llm, chat_prompt_ids(m.llm, messages), messages, None, params,
                                     stream=stream))
         trajectories = run_loops(loops)
         answers: dict[str, dict[str, dict]] = {}

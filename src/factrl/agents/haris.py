@@ -26,7 +26,7 @@ from pathlib import Path
 
 from factrl.agents.loop import AgentLoop, run_loops
 from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
-from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, run_rollouts
+from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.llm.base import Message
 
@@ -166,19 +166,12 @@ class HarisResult:
         return self.parse.verdict
 
 
-def _prompt_ids(llm, conversations: list[list[Message]]) -> list[list[int]]:
-    """Token-id prompts for backends that expose them; chat-only backends get none (chat path)."""
-    encode = getattr(llm, "encode_chat", None)
-    return [encode(c) for c in conversations] if encode is not None else []
-
-
 def search_agent_loop(llm, question: str, retriever_tool: RetrieverTool, params: RolloutParams | None = None,
                       stream: int = 0) -> AgentLoop[SearchResult]:
     """One search-agent rollout for ``question`` (top-k retrieval behind ``</search>``), as an agent loop,
     prompted in the style ``llm`` was trained with."""
     conv = search_messages(question, prompt_style(llm))
-    ids = _prompt_ids(llm, [conv])
-    traj = yield from agent_loop(llm, ids[0] if ids else None, conv, retriever_tool,
+    traj = yield from agent_loop(llm, chat_prompt_ids(llm, conv), conv, retriever_tool,
                                  params or default_search_params(), stream=stream)
     return SearchResult(question, traj, parse_search(traj.response_text))
 
@@ -210,7 +203,7 @@ class Haris:
         style = prompt_style(self.reason_llm)
         convs = [reasoning_messages(c, style) for c in claims]
         start = len(self.search_tool.history)
-        trajs = run_rollouts(self.reason_llm, _prompt_ids(self.reason_llm, convs), self.search_tool,
+        trajs = run_rollouts(self.reason_llm, [chat_prompt_ids(self.reason_llm, c) for c in convs], self.search_tool,
                              self.reason_params, n=n, messages=convs)
         history = self.search_tool.history[start:]
         by_question: dict[str, list[SearchResult]] = {}

@@ -343,7 +343,7 @@ def agent_loop(llm, prompt_ids: list[int] | None, conversation: Sequence[Message
 
 def run_rollouts(
     llm,
-    prompts_ids: list[list[int]],
+    prompts_ids: Sequence[list[int] | None],
     tool: Tool | None,
     params: RolloutParams,
     n: int = 1,
@@ -354,7 +354,8 @@ def run_rollouts(
     """``n`` multi-turn rollouts per prompt, prompt-major (``[p0 s0, p0 s1, ..., p1 s0, ...]``).
 
     ``tokenizer`` defaults to ``llm.tokenizer``. ``messages`` (the same prompts as chat
-    conversations) are needed only for chat-only backends (see the module docstring).
+    conversations) are needed only for chat-only backends (see the module docstring); a prompt
+    whose ids are None (see :func:`chat_prompt_ids`) runs as that chat.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
