@@ -151,7 +151,8 @@ def single_agent(claims: list[str], *, llm, retriever, k: int = TOP_K, n: int = 
     """One agent searches with the retriever and decides alone (``n`` rollouts per claim)."""
     tool = retriever if isinstance(retriever, RetrieverTool) else RetrieverTool(retriever, k=k)
     convs = [single_agent_messages(c) for c in claims]
-    trajs = run_rollouts(llm, [chat_prompt_ids(llm, c) for c in convs], tool, params or default_single_agent_params(), n=n, messages=convs)
+    trajs = run_rollouts(llm, [chat_prompt_ids(llm, c) for c in convs], tool,
+                         params or default_single_agent_params(), n=n, messages=convs)
     out = []
     for claim, t in zip([c for c in claims for _ in range(n)], trajs):
         p = parse_single_agent(t.response_text)

@@ -203,8 +203,8 @@ class Haris:
         style = prompt_style(self.reason_llm)
         convs = [reasoning_messages(c, style) for c in claims]
         start = len(self.search_tool.history)
-        trajs = run_rollouts(self.reason_llm, [chat_prompt_ids(self.reason_llm, c) for c in convs], self.search_tool,
-                             self.reason_params, n=n, messages=convs)
+        ids = [chat_prompt_ids(self.reason_llm, c) for c in convs]
+        trajs = run_rollouts(self.reason_llm, ids, self.search_tool, self.reason_params, n=n, messages=convs)
         history = self.search_tool.history[start:]
         by_question: dict[str, list[SearchResult]] = {}
         for q, res in history:
