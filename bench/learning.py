@@ -27,9 +27,14 @@ agent's GRPO steps of the share of groups whose rewards are all equal, from the 
 without dynamic sampling); ``ablations[name][hop]`` (trained HARIS accuracy); ``unseen_world[hop]``;
 ``goals`` (the issue's bars, each true or false); ``commit`` and the ``measured`` record.
 
+What depends on the seed is evaluated per run, the rest once: HARIS base, RAG and the single agent
+run the base model with ``evaluate.seed`` on a world every seed shares, so the first seed's run
+evaluates them and the other runs reuse its cells (their spread is 0 by construction; listed in
+``seed_independent``). An ablation evaluates only its trained pair, the one row ``ablations`` reports.
+
 A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the clones; a
-killed run reruns only what had not finished). About 1 h per run on 2 AVX2 cores with the demo
-profile; ``--smoke`` checks the script in minutes with the tiny profile.
+killed run reruns only what had not finished). About 40 min per seed on 2 cores with native bf16 and
+the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
 
 Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
                                 [--profile NAME] [--work DIR] [--smoke]
@@ -133,22 +138,42 @@ def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: P
     return json.loads(out.read_text())
 
 
-def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path) -> dict:
-    """The pipeline, the eval split and the unseen world for one params set; per-system cells."""
+SEED_INDEPENDENT = ("haris_base", "rag", "single_agent")  # the base model only: the same on every seed
+
+
+def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path, *,
+            shared: dict | None = None, ablation: bool = False) -> dict:
+    """The pipeline, the eval split and the unseen world for one params set; per-system cells.
+
+    ``shared``: the eval cells of a run that already evaluated the seed-independent systems (then this
+    run evaluates only the warm and trained pairs and copies the rest); ``ablation``: evaluate only
+    the trained pair, on the eval split (no unseen world).
+    """
     repo = clone(work, name, params)
     last = max(int(k) for k in params["rounds"])
     run(["dvc", "repro", f"train_reason@{last}"], repo, log)
-    checkpoints = [{"name": SYSTEMS["haris_base"], "reason": "base", "search": "base"},
-                   {"name": SYSTEMS["haris_warm"], "reason": "warm", "search": "warm"},
-                   {"name": SYSTEMS["haris_trained"], "reason": "last", "search": "last"}]
-    main = evaluate(repo, params, "eval",
-                    {"systems": ["haris", "rag", "single_agent"], "checkpoints": checkpoints}, log)
-    unseen_claims, unseen_passages = unseen
-    other = evaluate(repo, params, "unseen", {
-        "systems": ["haris"], "checkpoints": checkpoints[2:],
-        "sets": [{"name": "unseen", "path": str(unseen_claims), "passages": str(unseen_passages)}]}, log)
-    train = sorted((repo / "metrics" / "train").glob("reason_r*.csv"))  # stage train_reason@<id>'s steps
-    return {"eval": main["demo"], "unseen": other["unseen"], "reason_metrics": [read_curve(p) for p in train]}
+    base, warm, trained = ({"name": SYSTEMS[key], "reason": ckpt, "search": ckpt}
+                           for key, ckpt in (("haris_base", "base"), ("haris_warm", "warm"),
+                                             ("haris_trained", "last")))
+    if ablation:
+        section = {"systems": ["haris"], "checkpoints": [trained]}
+    elif shared is not None:
+        section = {"systems": ["haris"], "checkpoints": [warm, trained]}
+    else:
+        section = {"systems": ["haris", "rag", "single_agent"], "checkpoints": [base, warm, trained]}
+    cells = evaluate(repo, params, "eval", section, log)["demo"]
+    if shared is not None and not ablation:
+        for hop, row in cells.items():
+            row.update({SYSTEMS[key]: shared[hop][SYSTEMS[key]] for key in SEED_INDEPENDENT})
+    out = {"eval": cells, "reason_metrics": [read_curve(p) for p in
+                                             sorted((repo / "metrics" / "train").glob("reason_r*.csv"))]}
+    if not ablation:
+        unseen_claims, unseen_passages = unseen
+        out["unseen"] = evaluate(repo, params, "unseen", {
+            "systems": ["haris"], "checkpoints": [trained],
+            "sets": [{"name": "unseen", "path": str(unseen_claims), "passages": str(unseen_passages)}]},
+            log)["unseen"]
+    return out
 
 
 def accuracy_cell(cells: list[dict]) -> dict:
@@ -234,20 +259,20 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     log = work / "bench.log"
     unseen = unseen_world(work, base["prepare"])
-    main_runs = []
+    main_runs: list[dict] = []
     for seed in args.seeds:
         print(f"bench/learning: seed {seed} ({work})", flush=True)
         main_runs.append(one_run(work, f"seed{seed}", merge(copy.deepcopy(base), seed_overrides(seed)),
-                                 unseen, log))
+                                 unseen, log, shared=main_runs[0]["eval"] if main_runs else None))
     ablation_runs = {}
     for name in ablations:
         print(f"bench/learning: ablation {name}", flush=True)
         params = merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])), ablation_overrides(name))
-        ablation_runs[name] = one_run(work, name, params, unseen, log)
+        ablation_runs[name] = one_run(work, name, params, unseen, log, ablation=True)
     result = report(main_runs, ablation_runs, dynamic_on)
     result |= {"commit": measured.git["commit"], "seeds": args.seeds, "profile": args.profile or "demo",
                "per_hop": base["evaluate"].get("per_hop"),
-               "unseen_world_seed": UNSEEN_WORLD_SEED}
+               "unseen_world_seed": UNSEEN_WORLD_SEED, "seed_independent": list(SEED_INDEPENDENT)}
     measured.write(result, args.out)
     print(json.dumps({k: result[k] for k in ("questions_per_claim", "unseen_world", "goals")}, indent=1))
     print(f"-> {args.out}")

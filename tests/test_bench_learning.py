@@ -82,3 +82,36 @@ def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_pat
     git(root, "commit", "-q", "--allow-empty", "-m", "y")
     with pytest.raises(SystemExit, match="use another --work directory"):
         learning.clone(tmp_path / "work", "seed0", params)
+
+
+def test_seed_independent_systems_are_evaluated_once_and_ablations_only_train(tmp_path, monkeypatch):
+    asked: list[tuple[str, dict]] = []
+
+    def fake_evaluate(repo, params, name, section, log):
+        asked.append((name, section))
+        labels = [c["name"] for c in section["checkpoints"]]
+        labels += [learning.SYSTEMS[s] for s in section["systems"] if s != "haris"]
+        cells = {hop: {label: {"accuracy": 0.5, "n": 60, "avg_questions": 1.0} for label in labels}
+                 for hop in learning.HOPS}
+        return {"unseen" if name == "unseen" else "demo": cells}
+
+    monkeypatch.setattr(learning, "clone", lambda work, name, params: tmp_path)
+    monkeypatch.setattr(learning, "run", lambda cmd, cwd, log: None)
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    params, unseen = {"rounds": {"1": {}}}, (tmp_path / "c", tmp_path / "p")
+    first = learning.one_run(tmp_path, "seed0", params, unseen, tmp_path / "log")
+    assert {c["reason"] for c in asked[0][1]["checkpoints"]} == {"base", "warm", "last"}
+    assert set(asked[0][1]["systems"]) == {"haris", "rag", "single_agent"}
+    first["eval"]["2hop"][learning.SYSTEMS["rag"]]["accuracy"] = 0.61  # marks the cell as seed 0's
+    asked.clear()
+    second = learning.one_run(tmp_path, "seed1", params, unseen, tmp_path / "log", shared=first["eval"])
+    assert asked[0][1] == {"systems": ["haris"], "checkpoints": [
+        {"name": learning.SYSTEMS["haris_warm"], "reason": "warm", "search": "warm"},
+        {"name": learning.SYSTEMS["haris_trained"], "reason": "last", "search": "last"}]}
+    assert set(second["eval"]["2hop"]) == set(learning.SYSTEMS.values())  # every system, reused or run
+    assert second["eval"]["2hop"][learning.SYSTEMS["rag"]]["accuracy"] == 0.61
+    assert [name for name, _ in asked] == ["eval", "unseen"]
+    asked.clear()
+    ablation = learning.one_run(tmp_path, "no_warm_start", params, unseen, tmp_path / "log", ablation=True)
+    assert [name for name, _ in asked] == ["eval"] and "unseen" not in ablation
+    assert [c["reason"] for c in asked[0][1]["checkpoints"]] == ["last"]
