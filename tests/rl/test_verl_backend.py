@@ -132,8 +132,13 @@ def test_local_trainer_settings_without_a_verl_twin(tmp_path):
     assert cfg.algorithm.rollout_correction.rollout_is is None
     assert cfg.reward.custom_reward_function.reward_kwargs == {"require_question": True}
     train = TrainParams(search=dataclasses.replace(TrainParams().search, dynamic_sampling=True))
-    with pytest.raises(ValueError, match="dynamic_sampling is not available on train.backend verl"):
+    refused_sampling = "dynamic_sampling is not available on train.backend verl"
+    with pytest.raises(ValueError, match=refused_sampling) as refused:
         plan_for("search", train, tmp_path)
+    assert "set train.search.dynamic_sampling false" in str(refused.value)  # the section it lives in
+    reasoning = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, dynamic_sampling=True))
+    with pytest.raises(ValueError, match="set train.reasoning.dynamic_sampling false"):
+        plan_for("reason", reasoning, tmp_path)
     balanced = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, balance_by="label"))
     with pytest.raises(ValueError, match="balance_by .'label'. is not available on train.backend verl"):
         plan_for("reason", balanced, tmp_path)

@@ -151,6 +151,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
     spec, cluster = AGENTS[agent], train.verl
     models_dir, index_dir = Path(models_dir).resolve(), Path(index_dir).resolve()
     cfg: AgentTrainParams = train.search if agent == "search" else train.reasoning
+    section = "train.search" if agent == "search" else "train.reasoning"  # where cfg lives, for errors
     work_dir = (Path(checkpoints_dir) / f"{spec.name}_r{rnd.id}").resolve()
     host = reachable_host(cluster.serve_host)
     servers: list[Server] = []
@@ -192,7 +193,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=spec.loop,
         tool_config=str(p.tool_config), agent_loop_config=str(p.agent_loop_config),
         state_dir=str(work_dir / "verl"), experiment=f"{spec.name}_r{rnd.id}", reward_function=REWARD_MODULE,
-        reward_kwargs=reward_kwargs, device=device)
+        reward_kwargs=reward_kwargs, device=device, section=section)
     p.env = main_ppo_env(work_dir, cluster)
     return p
 

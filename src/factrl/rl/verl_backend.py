@@ -186,11 +186,12 @@ def check_grpo(cfg: GRPOParams, cluster: VerlParams, *, section: str = "train.<a
 def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, train_file: str, agent_name: str,
                    tool_config: str, agent_loop_config: str, state_dir: str, experiment: str,
                    reward_function: str, reward_kwargs: Mapping[str, Any] | None = None,
-                   device: str = "cuda") -> list[str]:
+                   device: str = "cuda", section: str = "train.<agent>") -> list[str]:
     """verl's ``ppo_trainer`` overrides for GRPO of one agent: the same group size, learning rate,
     KL loss, clipping, loss aggregation, lengths and tool-call limit as the local trainer's run of
-    ``cfg``, on the cluster ``cluster``; then ``cluster.extra_overrides``."""
-    check_grpo(cfg, cluster)
+    ``cfg``, on the cluster ``cluster``; then ``cluster.extra_overrides``. ``section``: where ``cfg``
+    lives in params.yaml, named by :func:`check_grpo`'s errors."""
+    check_grpo(cfg, cluster, section=section)
     group = cfg.group_size
     trajectories = cfg.mini_batch_size or cfg.prompts_per_step * group
     response_length = cfg.max_context_tokens - cluster.max_prompt_length
