@@ -176,11 +176,15 @@ def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log:
     return out
 
 
-def accuracy_cell(cells: list[dict]) -> dict:
-    """{mean, spread, ci95, per_seed} of accuracy over runs' cells of one system and hop."""
+def accuracy_cell(cells: list[dict], *, seed_independent: bool = False) -> dict:
+    """{mean, spread, ci95, per_seed} of accuracy over runs' cells of one system and hop.
+
+    ``seed_independent``: the cells are copies of one evaluation (SEED_INDEPENDENT), so the interval
+    is that evaluation's alone; pooling the copies would count each claim once per seed.
+    """
     accs = [c["accuracy"] for c in cells]
     correct: list[float] = []
-    for c in cells:  # the accuracy of n binary outcomes: its bootstrap needs only how many were right
+    for c in cells[:1] if seed_independent else cells:  # n binary outcomes: the count right is enough
         k = round(c["accuracy"] * c["n"])
         correct += [1.0] * k + [0.0] * (int(c["n"]) - k)
     low, high = bootstrap_mean_ci(correct, n_boot=2000, seed=0)
@@ -195,7 +199,8 @@ def uniform_rate(runs: list[dict]) -> float | None:
 
 
 def report(main_runs: list[dict], ablation_runs: dict[str, dict], dynamic_on: bool) -> dict:
-    accuracy = {key: {hop: accuracy_cell([r["eval"][hop][label] for r in main_runs]) for hop in HOPS
+    accuracy = {key: {hop: accuracy_cell([r["eval"][hop][label] for r in main_runs],
+                                         seed_independent=key in SEED_INDEPENDENT) for hop in HOPS
                       if all(label in r["eval"].get(hop, {}) for r in main_runs)}
                 for key, label in SYSTEMS.items()}
     trained = SYSTEMS["haris_trained"]

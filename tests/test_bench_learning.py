@@ -37,6 +37,9 @@ def test_report_has_the_issues_keys_and_pools_seeds():
     # 180 pooled claims: the interval is narrower than one seed's 60 would give, and holds the mean
     low, high = cell["ci95"]
     assert low < 0.9 < high and high - low < 0.11
+    # RAG's three cells are one evaluation reused: its interval is that of 60 claims, not 180
+    rag_low, rag_high = out["accuracy"]["rag"]["2hop"]["ci95"]
+    assert rag_high - rag_low > 0.2 and out["accuracy"]["rag"]["2hop"]["spread"] == 0
     assert out["questions_per_claim"] == {hop: 2.0 for hop in learning.HOPS}
     assert out["uniform_group_rate"] == {"dynamic_sampling": pytest.approx(0.5), "plain": pytest.approx(0.9)}
     assert out["ablations"]["no_dynamic_sampling"]["3hop"] == pytest.approx(0.7)
