@@ -8,8 +8,8 @@ params.yaml with ``--profile`` and the run's overrides merged in, ``dvc repro`` 
   demo) for HARIS at ``base`` / ``warm`` / ``last`` (the trained pair), RAG and the single agent,
   all on the same 135M base model;
 * on the eval claims of an *unseen world* (another world seed: names and facts never trained on,
-  its own passages, BM25) for the trained pair only: the agents should have learned a procedure,
-  not a world.
+  its own passages and index, built and searched as the pipeline's) for the trained pair only: the
+  agents should have learned a procedure, not a world.
 
 Runs: one per ``--seeds`` of the main recipe (the seed replaces ``warmup.seed``, ``synthesize.seed``
 and both ``train.*.seed``; the world and the eval claims stay fixed), then one per ``--ablations``
@@ -53,6 +53,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # stages/
 
 from factrl.config import WorldParams, read_params  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
@@ -112,19 +113,25 @@ def clone(work: Path, name: str, params: dict) -> Path:
     return repo
 
 
-def unseen_world(work: Path, prepare: dict) -> tuple[Path, Path]:
-    """Claims and passages of a world generated with another seed (the same size and hops)."""
+def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
+    """Claims of a world generated with another seed (the same size and hops), and its index: built
+    by stage ``index``'s code with the pipeline's ``index`` params, so the unseen world is searched
+    exactly as the training world's ``index/`` is (``evaluate.retrieval_mode``, hybrid in the demo)."""
     from factrl.data.world import write_world
+    from stages import index as index_stage
 
-    world = prepare["world"]
+    world = params["prepare"]["world"]
     out = work / f"unseen_world_s{UNSEEN_WORLD_SEED}"
-    claims, passages = out / "claims.parquet", out / "passages.parquet"
+    claims, passages, index_dir = out / "claims.parquet", out / "passages.parquet", out / "index"
     if not claims.exists():
         out.mkdir(parents=True, exist_ok=True)
-        params = WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
-                             num_claims=world["num_claims"], hops=tuple(world["hops"]))
-        write_world(params, passages, claims)
-    return claims, passages
+        world_params = WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
+                                   num_claims=world["num_claims"], hops=tuple(world["hops"]))
+        write_world(world_params, passages, claims)
+    if not (index_dir / "manifest.json").exists():  # build_index resumes a killed build
+        write_params({"index": params["index"]}, out / "params.yaml")
+        index_stage.main(str(out / "params.yaml"), passages=passages, out=index_dir)
+    return claims, index_dir
 
 
 def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
@@ -168,10 +175,10 @@ def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log:
     out = {"eval": cells, "reason_metrics": [read_curve(p) for p in
                                              sorted((repo / "metrics" / "train").glob("reason_r*.csv"))]}
     if not ablation:
-        unseen_claims, unseen_passages = unseen
+        unseen_claims, unseen_index = unseen
         out["unseen"] = evaluate(repo, params, "unseen", {
             "systems": ["haris"], "checkpoints": [trained],
-            "sets": [{"name": "unseen", "path": str(unseen_claims), "passages": str(unseen_passages)}]},
+            "sets": [{"name": "unseen", "path": str(unseen_claims), "index": str(unseen_index)}]},
             log)["unseen"]
     return out
 
@@ -263,7 +270,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="factrl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "bench.log"
-    unseen = unseen_world(work, base["prepare"])
+    unseen = unseen_world(work, base)
     main_runs: list[dict] = []
     for seed in args.seeds:
         print(f"bench/learning: seed {seed} ({work})", flush=True)

@@ -83,19 +83,21 @@ def load_sets(params: EvaluateParams, index_dir: Path = Path("index"), real_only
     retrievers: dict[str, Any] = {}
 
     def retriever(spec: EvalSetParams):
-        key = spec.passages or str(index_dir)
+        key = spec.passages or spec.index or str(index_dir)
         if key not in retrievers:
             if spec.passages:
                 retrievers[key] = Retriever(runner.passages_index(spec.passages, cache_dir() / "eval_index"), mode="bm25")
-            else:
-                retrievers[key] = Retriever(index_dir, mode=params.retrieval_mode)
+            else:  # the pipeline's index/, or a set's own index built the same way: the same search
+                retrievers[key] = Retriever(Path(spec.index) if spec.index else index_dir, mode=params.retrieval_mode)
         return retrievers[key]
 
     for key, spec in chosen_sets(params, real_only):
         where = f"params.yaml: {key} ({spec.name})"
         if bool(spec.path) == bool(spec.hub):
             raise ValueError(f"{where}: set exactly one of path and hub")
-        missing = [p for p in (spec.path, spec.passages) if p and not Path(p).exists()]
+        if spec.passages and spec.index:
+            raise ValueError(f"{where}: set at most one of passages (searched with BM25) and index")
+        missing = [p for p in (spec.path, spec.passages, spec.index) if p and not Path(p).exists()]
         if missing:
             if not spec.optional:
                 raise FileNotFoundError(f"{where}: {missing[0]} does not exist")
@@ -152,7 +154,7 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
         f"bootstrap {params.n_boot} resamples",
         "HARIS checkpoints: " + ", ".join(f"{n} = {r} / {s}" for n, r, s in checkpoints),
         f"baselines on {base_model}; top-{params.top_k} retrieval ({params.retrieval_mode} over index/, "
-        "BM25 over a set's own passages); "
+        "BM25 over a set's own passages, or over a set's own index as over index/); "
         f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
         f"local models on {device} in {resolve_precision(params.precision, device)} "
         f"(precision: {params.precision})",

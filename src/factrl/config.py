@@ -751,6 +751,10 @@ class EvalSetParams:
     split: the hub split to read (hub sets only).
     passages: passages to search for this set instead of ``index/`` (JSONL or PASSAGES Parquet),
         indexed with BM25 once into the factrl cache; empty = the pipeline's ``index/``.
+    index: an index directory built by stage ``index``'s code over this set's own passages (BM25 and
+        dense), searched with ``evaluate.retrieval_mode`` as ``index/`` is, so a set of another world
+        is searched the same way as the pipeline's own (bench/learning.py's unseen world); exclusive
+        with ``passages``.
     optional: a missing file is skipped with a logged message instead of failing the stage.
     """
 
@@ -759,6 +763,7 @@ class EvalSetParams:
     hub: str = ""
     split: str = "validation"
     passages: str = ""
+    index: str = ""
     optional: bool = False
 
 

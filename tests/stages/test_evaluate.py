@@ -187,6 +187,31 @@ def test_sets_are_checked(tmp_path, monkeypatch):
         stage.load_sets(load_section("evaluate", params))
 
 
+def test_a_set_with_its_own_index_is_searched_like_index_dir(tiny_world):
+    """A set of another world with an index built by stage index's code (bench/learning.py's unseen
+    world) is searched over that index with evaluate.retrieval_mode, not over index/ nor with BM25
+    alone; passages and index together are refused."""
+    from factrl.data.world import write_world
+    from factrl.config import WorldParams
+    from stages import index as index_stage
+
+    other = tiny_world / "other"
+    other.mkdir()
+    write_world(WorldParams(seed=99, num_passages=50, num_claims=12, hops=(2,)), other / "passages.parquet",
+                other / "claims.parquet")
+    index_stage.main("params.yaml", passages=other / "passages.parquet", out=other / "index")  # minilm: dense too
+    spec = {"name": "other", "path": str(other / "claims.parquet"), "index": str(other / "index")}
+    _write_params(tiny_world / "params.yaml", {"sets": [spec], "retrieval_mode": "hybrid"})
+    [own], _ = stage.load_sets(load_section("evaluate", tiny_world / "params.yaml"))
+    assert own.retriever.mode == "hybrid" and own.retriever.dir == other / "index"
+    claim = own.claims.to_pylist()[0]
+    gold = set(claim["hops"][0]["passage_ids"])
+    assert gold & {h.id for h in own.retriever.search([claim["hops"][0]["question"]], k=3)[0]}
+    _write_params(tiny_world / "params.yaml", {"sets": [spec | {"passages": str(other / "passages.parquet")}]})
+    with pytest.raises(ValueError, match="at most one of passages"):
+        stage.load_sets(load_section("evaluate", tiny_world / "params.yaml"))
+
+
 def test_dvc_deps_cover_every_model_checkpoint_of_any_round(repo_root):
     """evaluate reads checkpoints by symbolic name (resolved against params model and rounds): it
     depends on all of models/ and on those params, and names no round in dvc.yaml, so adding a round
