@@ -37,6 +37,34 @@ def test_masked_lm_loss_equals_the_models_own_loss(tiny, tok):
     assert torch.allclose(masked_lm_loss(tiny, batch, num_items=2 * n), full / 2, atol=1e-5)
 
 
+def test_length_grouped_batches_come_in_a_random_order():
+    """The warm start's batches group similar lengths as transformers' do, but not in its longest-first
+    sweep: with references whose length grows with the claim's hops, that sweep trained runs of
+    4-hop batches, then 3-hop, then 2-hop (every mega-batch of up to 50 batches sorted)."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    from factrl.rl.sft import _shuffled_length_grouped_sampler
+
+    lengths = [400 + i % 7 for i in range(210)] + [320 + i % 7 for i in range(210)] + [250 + i % 7 for i in range(210)]
+    batch = 8
+    ours = list(_shuffled_length_grouped_sampler()(batch, lengths=lengths, generator=torch.Generator().manual_seed(0)))
+    theirs = get_length_grouped_indices(lengths, batch, generator=torch.Generator().manual_seed(0))
+    assert sorted(ours) == list(range(len(lengths)))  # an epoch: every example once
+
+    def batches(order):
+        return [order[i:i + batch] for i in range(0, len(order), batch)]
+
+    # the same groups, each whole where the data loader cuts the order (630 = 78 x 8 + 6: the short one last)
+    assert sorted(map(sorted, batches(ours))) == sorted(map(sorted, batches(theirs)))
+    assert len(batches(ours)[-1]) == 6
+    first_megabatch = len(lengths) // (batch * 4)  # transformers' mega-batch: 19 batches here
+    sweep = [max(lengths[i] for i in b) for b in batches(theirs)[1:first_megabatch]]
+    assert sweep == sorted(sweep, reverse=True)  # what the random order replaces
+    shuffled = [max(lengths[i] for i in b) for b in batches(ours)[1:first_megabatch]]
+    assert shuffled != sorted(shuffled, reverse=True)
+    assert len({v // 50 for v in shuffled}) == 3  # all three lengths in the first 18 steps
+
+
 def _final(out_dir: Path) -> dict:
     return load_file(str(out_dir / "final" / "model.safetensors"))
 

@@ -15,8 +15,9 @@ trained tokens of the whole optimizer step (a token mean, as GRPO's), with AdamW
 decay, gradient clipping, bf16 autocast where
 :mod:`factrl.hardware` says the hardware computes it natively, seeded data order, and checkpoints
 every ``checkpoint_every`` steps that a killed run resumes from (weights, optimizer, scheduler,
-data position, RNG states). Batches group sequences of similar length and are right-padded, so
-positions count real tokens as in generation.
+data position, RNG states). Batches group sequences of similar length, in a random order (not
+transformers' longest-first sweep), and are right-padded, so positions count real tokens as in
+generation.
 """
 
 from __future__ import annotations
@@ -77,12 +78,42 @@ def masked_lm_loss(model, inputs: dict[str, torch.Tensor], num_items: int | torc
     return loss / (num_items if num_items is not None else (target != IGNORE_INDEX).sum())
 
 
+def _shuffled_length_grouped_sampler():
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    class ShuffledLengthGroupedSampler(LengthGroupedSampler):
+        """transformers' length grouping (each batch holds examples of similar length, so little
+        padding) with the batches in a random order.
+
+        transformers sorts every mega-batch (up to 50 batches) longest first, so its steps sweep
+        from the longest examples to the shortest, over and over. The reasoning agent's references
+        grow with the claim's hops, so that order is runs of 4-hop steps, then 3-hop, then 2-hop,
+        and a warm start cut short of an epoch (the demo's) ends on whichever hop count the cut
+        falls in.
+        """
+
+        def __iter__(self):
+            order = get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
+            # mega-batches are whole batches but the last, so every slice of batch_size is one grouped
+            # batch; a short last one stays last (the data loader cuts the order every batch_size)
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            full = len(batches) - (len(batches[-1]) < self.batch_size if batches else 0)
+            shuffled = torch.randperm(full, generator=self.generator).tolist() + list(range(full, len(batches)))
+            return iter([i for b in shuffled for i in batches[b]])
+
+    return ShuffledLengthGroupedSampler
+
+
 def _masked_lm_trainer():
     from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    sampler_class = _shuffled_length_grouped_sampler()
 
     class MaskedLMTrainer(Trainer):
         """transformers' Trainer with :func:`masked_lm_loss` (already normalised over the whole
-        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step)."""
+        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step), and
+        length-grouped batches in a random order (:func:`_shuffled_length_grouped_sampler`)."""
 
         loss_is_scaled_for_ga = True
 
@@ -93,6 +124,12 @@ def _masked_lm_trainer():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = masked_lm_loss(model, inputs, num_items_in_batch)
             return (loss, None) if return_outputs else loss
+
+        def _get_train_sampler(self, train_dataset=None):
+            sampler = super()._get_train_sampler(train_dataset)
+            if isinstance(sampler, LengthGroupedSampler):
+                return sampler_class(sampler.batch_size, lengths=sampler.lengths, generator=sampler.generator)
+            return sampler
 
     return MaskedLMTrainer
 
