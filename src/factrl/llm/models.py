@@ -94,6 +94,9 @@ def load_model_and_tokenizer(spec: str = DEFAULT_POLICY, dtype: str = "float32",
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from factrl.hardware import tune_allocator
+
+    tune_allocator()  # before the first large tensor: every process that loads a model runs steps
     path = resolve_model_path(spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
