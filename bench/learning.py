@@ -33,9 +33,12 @@ run the base model with ``evaluate.seed`` on a world every seed shares, so the f
 evaluates them and the other runs reuse its cells (their spread is 0 by construction; listed in
 ``seed_independent``). An ablation evaluates only its trained pair, the one row ``ablations`` reports.
 
-A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the clones; a
-killed run reruns only what had not finished). About 40 min per seed on 2 cores with native bf16 and
-the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
+The first seed's run is a ``git clone``; every later run starts from a copy of its finished
+workspace that shares its DVC cache (copy_run), so ``dvc repro`` reruns only the stages the run's
+params change: a seed reruns warmup and what follows it, ``no_dynamic_sampling`` only the GRPO
+round. A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the
+clones; a killed run reruns only what had not finished). About 40 min per seed on 2 cores with
+native bf16 and the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
 
 Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
                                 [--profile NAME] [--work DIR] [--smoke]
@@ -45,8 +48,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,11 +109,44 @@ def run(cmd: list[str], cwd: Path, log: Path) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed in {cwd} (exit {done.returncode}); see {log}")
 
 
-def clone(work: Path, name: str, params: dict) -> Path:
-    """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume)."""
+# What a run's copy of a finished run leaves behind: that run's evaluation (evaluate() skips a
+# system whose metrics file exists) and the DVC cache, which the copy shares instead.
+NOT_COPIED = (".dvc/cache", ".dvc/tmp", "metrics/learning_*.json", "metrics/eval.json", "params_*.yaml")
+
+
+def copy_run(finished: Path, repo: Path) -> None:
+    """``repo`` as a copy of the workspace of ``finished`` (a run of the same commit whose ``dvc
+    repro`` completed), sharing its DVC cache: ``dvc repro`` in the copy then reruns only the stages
+    the copy's params change (a seed: warmup on; an ablation of synthesize: synthesize on), the
+    pipeline's own incremental rebuild, instead of indexing and warm-starting again. Persisted
+    training checkpoints come along harmlessly: a stage resumes them only when their fingerprint
+    (params, initial weights, data) is its own, and starts over otherwise.
+
+    Written to ``repo``'s sibling ``.partial`` first, so a killed copy is never taken for a run."""
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        rel = Path(folder).relative_to(finished)
+        return {n for n in names if any(fnmatch.fnmatch((rel / n).as_posix(), pat) for pat in NOT_COPIED)}
+
+    partial = repo.with_name(repo.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(finished, partial, symlinks=True, ignore=ignore)
+    subprocess.run(["dvc", "cache", "dir", "--local", str((finished / ".dvc" / "cache").resolve())],
+                   cwd=partial, check=True, stdout=subprocess.DEVNULL)
+    partial.rename(repo)
+
+
+def clone(work: Path, name: str, params: dict, start_from: Path | None = None) -> Path:
+    """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume).
+
+    ``start_from``: a finished run of this commit whose workspace the new run starts from (copy_run);
+    None: a fresh ``git clone``.
+    """
     repo = work / name
     if not (repo / ".git").exists():
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+        if start_from is not None:
+            copy_run(start_from, repo)
+        else:
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
     head, here = git_state(ROOT)["commit"], git_state(repo)["commit"]
     if here != head:  # resuming is for a killed run of the same code, never a mix of two commits
         raise SystemExit(f"{repo} holds commit {here[:10]}, this checkout is at {head[:10]}: "
@@ -156,14 +194,15 @@ SEED_INDEPENDENT = ("haris_base", "rag", "single_agent")  # the base model only:
 
 
 def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path, *,
-            shared: dict | None = None, ablation: bool = False) -> dict:
+            shared: dict | None = None, ablation: bool = False, start_from: Path | None = None) -> dict:
     """The pipeline, the eval split and the unseen world for one params set; per-system cells.
 
     ``shared``: the eval cells of a run that already evaluated the seed-independent systems (then this
     run evaluates only the warm and trained pairs and copies the rest); ``ablation``: evaluate only
-    the trained pair, on the eval split (no unseen world).
+    the trained pair, on the eval split (no unseen world); ``start_from``: a finished run to copy
+    (clone).
     """
-    repo = clone(work, name, params)
+    repo = clone(work, name, params, start_from)
     last = max(int(k) for k in params["rounds"])
     run(["dvc", "repro", f"train_reason@{last}"], repo, log)
     base, warm, trained = ({"name": SYSTEMS[key], "reason": ckpt, "search": ckpt}
@@ -281,15 +320,17 @@ def main() -> None:
     log = work / "bench.log"
     unseen = unseen_world(work, base)
     main_runs: list[dict] = []
+    first = work / f"seed{args.seeds[0]}"  # every later run starts from its workspace (copy_run)
     for seed in args.seeds:
         print(f"bench/learning: seed {seed} ({work})", flush=True)
         main_runs.append(one_run(work, f"seed{seed}", merge(copy.deepcopy(base), seed_overrides(seed)),
-                                 unseen, log, shared=main_runs[0]["eval"] if main_runs else None))
+                                 unseen, log, shared=main_runs[0]["eval"] if main_runs else None,
+                                 start_from=first if main_runs else None))
     ablation_runs = {}
     for name in ablations:
         print(f"bench/learning: ablation {name}", flush=True)
         params = merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])), ablation_overrides(name))
-        ablation_runs[name] = one_run(work, name, params, unseen, log, ablation=True)
+        ablation_runs[name] = one_run(work, name, params, unseen, log, ablation=True, start_from=first)
     result = report(main_runs, ablation_runs, dynamic_on)
     result |= {"commit": measured.git["commit"], "seeds": args.seeds, "profile": args.profile or "demo",
                "per_hop": base["evaluate"].get("per_hop"),

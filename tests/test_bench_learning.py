@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,6 +88,32 @@ def test_clone_links_shared_data_beside_the_clones_and_writes_its_params(tmp_pat
         learning.clone(tmp_path / "work", "seed0", params)
 
 
+def test_a_later_run_starts_from_a_finished_runs_workspace_and_shares_its_cache(tmp_path, monkeypatch):
+    finished = tmp_path / "work" / "seed0"
+    finished.mkdir(parents=True)
+    git(finished, "init", "-q")
+    git(finished, "commit", "-q", "--allow-empty", "-m", "x")
+    subprocess.run(["dvc", "init", "-q"], cwd=finished, check=True)
+    for path in (".dvc/cache/files/md5/ab/cd", "models/reason_0/model.safetensors", "index/bm25.npz",
+                 "dvc.lock", "metrics/train/reason_r1.csv", "metrics/learning_eval.json",
+                 "metrics/eval.json", "params_eval.yaml", "checkpoints/warmup/fingerprint.json"):
+        (finished / path).parent.mkdir(parents=True, exist_ok=True)
+        (finished / path).write_text(path)
+    monkeypatch.setattr(learning, "ROOT", finished)  # HEAD is the finished run's commit
+    repo = learning.clone(tmp_path / "work", "seed1", {"warmup": {"seed": 1}}, start_from=finished)
+    # the pipeline's outputs and lock come along, so dvc repro reruns only what the params change
+    for path in ("models/reason_0/model.safetensors", "index/bm25.npz", "dvc.lock",
+                 "metrics/train/reason_r1.csv", "checkpoints/warmup/fingerprint.json"):
+        assert (repo / path).read_text() == path
+    # the finished run's evaluation does not (evaluate() would skip it), nor its cache: it is shared
+    for path in ("metrics/learning_eval.json", "metrics/eval.json", "params_eval.yaml", ".dvc/cache"):
+        assert not (repo / path).exists(), path
+    cache = subprocess.run(["dvc", "cache", "dir"], cwd=repo, capture_output=True, text=True, check=True)
+    assert Path(cache.stdout.strip()) == (finished / ".dvc" / "cache").resolve()
+    assert yaml.safe_load((repo / "params.yaml").read_text()) == {"warmup": {"seed": 1}}
+    assert not (tmp_path / "work" / "seed1.partial").exists()
+
+
 def test_seed_independent_systems_are_evaluated_once_and_ablations_only_train(tmp_path, monkeypatch):
     asked: list[tuple[str, dict]] = []
 
@@ -98,7 +125,7 @@ def test_seed_independent_systems_are_evaluated_once_and_ablations_only_train(tm
                  for hop in learning.HOPS}
         return {"unseen" if name == "unseen" else "demo": cells}
 
-    monkeypatch.setattr(learning, "clone", lambda work, name, params: tmp_path)
+    monkeypatch.setattr(learning, "clone", lambda work, name, params, start_from=None: tmp_path)
     monkeypatch.setattr(learning, "run", lambda cmd, cwd, log: None)
     monkeypatch.setattr(learning, "evaluate", fake_evaluate)
     params, unseen = {"rounds": {"1": {}}}, (tmp_path / "c", tmp_path / "p")
