@@ -37,7 +37,7 @@ The first seed's run is a ``git clone``; every later run starts from a copy of i
 workspace that shares its DVC cache (copy_run), so ``dvc repro`` reruns only the stages the run's
 params change: a seed reruns warmup and what follows it, ``no_dynamic_sampling`` only the GRPO
 round. A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the
-clones; a killed run reruns only what had not finished). About 40 min per seed on 2 cores with
+clones; a killed run reruns only what had not finished). About 35 min per seed on 2 cores with
 native bf16 and the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
 
 Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
