@@ -5,6 +5,7 @@ Outputs: data/claims/{train,dev,eval}.parquet and data/passages.parquet (CLAIMS 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from factrl.data.splits import stratified_split
 from factrl.io import atomic_path, write_json, write_parquet
 
 OUT = Path("data")
+VARIANTS = "world_variants.json"  # a hard world's claim variants, in the work directory
 
 
 def load_source(params: PrepareParams, workdir: Path) -> tuple[pa.Table, pa.Table | None, Path | None]:
@@ -29,9 +31,10 @@ def load_source(params: PrepareParams, workdir: Path) -> tuple[pa.Table, pa.Tabl
     if params.source == "world":
         from factrl.data import world
 
+        (workdir / VARIANTS).unlink(missing_ok=True)  # a killed earlier run's
         passages_file = workdir / "world_passages.parquet"
         claims_file = workdir / "world_claims.parquet"
-        world.write_world(params.world, passages_file, claims_file)
+        world.write_world(params.world, passages_file, claims_file, workdir / VARIANTS)
         claims = validate(pq.read_table(claims_file), CLAIMS, str(claims_file))
         return claims, None, passages_file
     if params.source == "files":
@@ -72,7 +75,13 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
     # Read and validate everything before writing anything, so bad input leaves no output.
     claims, passages, passages_file = load_source(params, work)
     splits = prepare(claims, params)
-    for name, table in splits.items():
+    variants = json.loads((work / VARIANTS).read_text(encoding="utf-8")) if (work / VARIANTS).exists() else None
+    # warm.parquet: what the warm start reads (all of train, or a hard world's clean claims);
+    # heldout_wording.parquet: a hard world's eval claims in a wording no training claim uses
+    from factrl.data.world import variant_sets
+
+    sets = splits | variant_sets(splits, variants)
+    for name, table in sets.items():
         write_parquet(table, out / "claims" / f"{name}.parquet", CLAIMS)
     if passages_file is not None:
         with atomic_path(out / "passages.parquet") as tmp:
@@ -83,7 +92,7 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
         leftover.unlink()
     work.rmdir()
     write_json(
-        {name: {"claims": t.num_rows} for name, t in splits.items()}
+        {name: {"claims": t.num_rows} for name, t in sets.items()}
         | {"passages": pq.ParquetFile(out / "passages.parquet").metadata.num_rows},
         out / "prepare_summary.json",
     )

@@ -41,7 +41,7 @@ def build_references(claims: pa.Table, params: WarmupParams, retriever_tool, *, 
     """``(kept, rejected)`` reference rows of both agents on ``claims`` from ``params.source``."""
     records = claims.to_pylist()
     if params.source == "world":
-        return reference.world_references(records, retriever_tool)
+        return reference.world_references(records, retriever_tool, max_searches=params.search_max_turns)
     if teacher is None or work_dir is None:
         raise ValueError("source 'teacher' needs a teacher LLM and a work directory")
     return recipe.teacher_references_resumable(records, teacher, retriever_tool, params, work_dir)
@@ -79,7 +79,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
     from factrl.agents.tools import RetrieverTool
     from factrl.retrieval.index import Retriever
 
-    claims_file = Path("data/claims/train.parquet")
+    # what prepare says the warm start may see: all training claims, or a hard world's clean ones
+    claims_file = Path("data/claims/warm.parquet")
     claims = balanced_subset(validate(pq.read_table(claims_file), CLAIMS, str(claims_file)), params.max_claims)
     retriever_tool = RetrieverTool(Retriever("index", mode=params.retrieval_mode), k=params.top_k)
     if params.source == "teacher":

@@ -42,6 +42,47 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class WorldDifficulty:
+    """What makes the demo world hard the way real claims are (``factrl.data.world``); all off by
+    default, which is the clean world (one wording, unique names, far refutations).
+
+    homonyms: share of entities that get a namesake (another entity with the same base name, of the
+        same type or another); both are then titled the way Wikipedia tells them apart
+        (``Kavelo (1994 film)``, ``Dira Kavelo (painter)``, ``Varna (city)``), every mention uses that
+        title, and each passage says what it is not to be confused with, stating a fact of the namesake.
+    wordings: wordings per relation in use, 1..3 (``factrl.data.world_wordings``): claims,
+        sub-questions and passages each draw one; wording 0 is the clean world's.
+    heldout_wordings: the last this many of ``wordings`` are never used by the world's claims; the
+        held-out-wording evaluation set (``data/claims/heldout_wording.parquet``) renders the eval
+        claims in them.
+    near_miss: share of REFUTES claims whose claimed end is a near miss: a namesake of the true end
+        where it has one, else another entity of the end's type that the claim's own evidence
+        passages name (a true fact one hop off); the rest swap a link for a random same-type entity.
+    cross_mentions: share of passages that also state a fact of another entity of their own type
+        ("Like Kavelo (film), which Mira Sol directed, ...").
+    """
+
+    homonyms: float = 0.0
+    wordings: int = 1
+    heldout_wordings: int = 0
+    near_miss: float = 0.0
+    cross_mentions: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("homonyms", "near_miss", "cross_mentions"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"world.difficulty.{key} must be a share in [0, 1], got {getattr(self, key)}")
+        if not 1 <= self.wordings <= 3:
+            raise ValueError(f"world.difficulty.wordings must be 1..3, got {self.wordings}")
+        if not 0 <= self.heldout_wordings < self.wordings:
+            raise ValueError(f"world.difficulty.heldout_wordings must be in [0, wordings), got {self.heldout_wordings}")
+
+    @property
+    def clean(self) -> bool:
+        return self == WorldDifficulty()
+
+
+@dataclass(frozen=True)
 class WorldParams:
     """The generated demo world (``factrl.data.world``).
 
@@ -49,12 +90,14 @@ class WorldParams:
     num_passages: target passage count (100 .. 1,000,000); entities scale with it.
     num_claims: claims generated (balanced SUPPORTS/REFUTES, spread over ``hops``).
     hops: the hop counts of generated claims.
+    difficulty: namesakes, wordings, near-miss refutations (:class:`WorldDifficulty`; off by default).
     """
 
     seed: int = 13
     num_passages: int = 2000
     num_claims: int = 600
     hops: tuple[int, ...] = (2, 3, 4)
+    difficulty: WorldDifficulty = field(default_factory=WorldDifficulty)
 
 
 @dataclass(frozen=True)
@@ -707,6 +750,10 @@ class WarmupParams:
     teacher_samples: rollouts of the teacher per claim (each kept when its verdict is right).
     teacher_temperature: the teacher's sampling temperature.
     teacher_max_turns: questions the teacher's reasoning agent may ask (and searches per question).
+    search_max_turns: searches a world search reference may run (source ``world``): at 2, a question
+        whose natural query (names and a key word) misses the gold passage is searched again with the
+        subject alone, and the reference shows both searches, so re-querying is a habit the warm
+        search agent already has (give the search agent as many turns where it runs).
     precision: ``auto`` (bf16 only where the hardware computes it natively; see ``factrl.hardware``),
         ``bf16`` or ``fp32``.
     seed: seeds the claim subset, data order and everything random in training.
@@ -728,6 +775,7 @@ class WarmupParams:
     teacher_samples: int = 1
     teacher_temperature: float = 0.7
     teacher_max_turns: int = 4
+    search_max_turns: int = 1
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     seed: int = 0
     reasoning: SFTParams = field(default_factory=SFTParams)

@@ -11,7 +11,7 @@ from factrl.agents.haris import (
 )
 from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN, replay, run_rollouts
 from factrl.agents.tools import RetrieverTool
-from factrl.data.reference import world_references
+from factrl.data.reference import search_turns, world_references
 from factrl.llm.tokens import encode_chat
 from factrl.rl.sft import IGNORE_INDEX, sft_example
 
@@ -42,8 +42,31 @@ def _runs(ids: list[int], labels: list[int]) -> list[tuple[bool, list[int]]]:
 @pytest.mark.parametrize("style", ["short", "full"])
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_labels_are_ignored_exactly_on_prompt_prefix_and_injected_results(references, tokenizer, agent, style):
+    _assert_masks(tokenizer, agent, references[agent], style)
+
+
+def test_a_requery_reference_trains_both_searches_and_masks_both_results(demo_world, demo_retriever, tokenizer):
+    """A search reference whose first query misses (WarmupParams.search_max_turns 2): both queries
+    and the report are targets, both passages' results context, on a real SmolLM2 tokenization."""
+    claim = demo_world[0][0]
+    subject = claim["hops"][0]["question"]
+    gold = set(claim["hops"][0]["passage_ids"])
+    other = next(c for c in demo_world[0] if not set(c["evidence_ids"]) & set(claim["evidence_ids"]))
+    miss, hit = demo_retriever.search([other["claim"], claim["claim"]], 3)
+    assert miss and not gold & {h.id for h in miss}
+    gold = gold if gold & {h.id for h in hit} else {hit[0].id}
+    turns, found = search_turns("Orlen", [("Zuvo", miss), ("Orlen", hit)], 2, gold)
+    assert found and [t["role"] for t in turns] == ["model", "env", "model", "env"]
+    assert "search again" in turns[2]["text"]
+    row = {"prompt": subject, "turns": turns + [{"role": "model", "text": "<report>Orlen is a company.</report>"}]}
+    _assert_masks(tokenizer, "search", row, "short")
+    # one search allowed: only the query that finds the gold passage is written
+    single, found = search_turns("Orlen", [("Zuvo", miss), ("Orlen", hit)], 1, gold)
+    assert found and len(single) == 2 and "<search>Orlen</search>" in single[0]["text"]
+
+
+def _assert_masks(tokenizer, agent: str, row: dict, style: str) -> None:
     messages, params, stop = AGENTS[agent]
-    row = references[agent]
     turns = [(t["role"], t["text"]) for t in row["turns"]]
     prompt = encode_chat(tokenizer, messages(row["prompt"], style))
     ex = sft_example(replay(tokenizer, prompt, turns, params, stop))

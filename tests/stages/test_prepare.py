@@ -59,3 +59,24 @@ def test_same_seed_same_split(tmp_path, monkeypatch, shared_data):
     b = run_prepare(tmp_path / "b", monkeypatch, section) if (tmp_path / "b").mkdir() is None else None
     for name in ("train", "dev", "eval"):
         assert (a / "claims" / f"{name}.parquet").read_bytes() == (b / "claims" / f"{name}.parquet").read_bytes()
+
+
+def test_a_hard_world_adds_the_warm_and_heldout_wording_sets(tmp_path, monkeypatch):
+    difficulty = {"homonyms": 0.3, "wordings": 3, "heldout_wordings": 1, "near_miss": 0.5, "cross_mentions": 0.3}
+    out = run_prepare(tmp_path, monkeypatch, {"source": "world", "world": {
+        "seed": 5, "num_passages": 600, "num_claims": 120, "hops": [2, 3], "difficulty": difficulty}})
+    sets = {p.stem: pq.read_table(p) for p in (out / "claims").glob("*.parquet")}
+    assert set(sets) == {"train", "dev", "eval", "warm", "heldout_wording"}
+    warm_ids = set(sets["warm"].column("id").to_pylist())
+    assert warm_ids < set(sets["train"].column("id").to_pylist())  # a clean part of train, not all of it
+    assert sets["heldout_wording"].column("id").to_pylist() == sets["eval"].column("id").to_pylist()
+    summary = json.loads((out / "prepare_summary.json").read_text())
+    assert summary["warm"]["claims"] == len(warm_ids) and summary["heldout_wording"]["claims"] == sets["eval"].num_rows
+    assert not (out / ".prepare-work").exists()
+
+
+def test_a_clean_world_warm_starts_on_all_of_train(tmp_path, monkeypatch):
+    out = run_prepare(tmp_path, monkeypatch, {"source": "world", "world": {
+        "seed": 5, "num_passages": 300, "num_claims": 30, "hops": [2]}})
+    assert (out / "claims" / "warm.parquet").read_bytes() == (out / "claims" / "train.parquet").read_bytes()
+    assert not (out / "claims" / "heldout_wording.parquet").exists()

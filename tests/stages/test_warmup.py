@@ -17,14 +17,14 @@ from tests.rl.tiny import tiny_model, tokenizer
 
 @pytest.fixture
 def stage_dir(tmp_path, monkeypatch):
-    """A working directory holding data/claims/train.parquet, index/ (BM25) and a tiny base model."""
+    """A working directory holding data/claims/warm.parquet, index/ (BM25) and a tiny base model."""
     from factrl.config import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
 
     (tmp_path / "data" / "claims").mkdir(parents=True)
     write_world(WorldParams(seed=2, num_passages=200, num_claims=12, hops=(2, 3)), tmp_path / "data" / "passages.parquet",
-                tmp_path / "data" / "claims" / "train.parquet")
+                tmp_path / "data" / "claims" / "warm.parquet")
     build_index(tmp_path / "data" / "passages.parquet", tmp_path / "index", embedder=None)
     tok = tokenizer()
     tiny_model(tok).save_pretrained(tmp_path / "base")
@@ -87,7 +87,7 @@ def test_world_source_without_gold_chains_says_what_to_use(stage_dir):
 
     from stages.warmup import main
 
-    path = stage_dir / "data" / "claims" / "train.parquet"
+    path = stage_dir / "data" / "claims" / "warm.parquet"
     table = pq.read_table(path)
     i = table.schema.get_field_index("hops")
     pq.write_table(table.set_column(i, "hops", pa.nulls(table.num_rows, table.schema.field(i).type)), path)

@@ -148,9 +148,34 @@ def _search_queries(rel, subject: str) -> tuple[str, str]:
     return f"{subject} {rel.noun}", subject
 
 
-def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> tuple[list[dict], list[dict]]:
+def search_turns(subject: str, tried: list[tuple[str, list]], max_searches: int, gold_ids) -> tuple[list[dict], bool]:
+    """The search agent's reference turns for one question about ``subject``, and whether its last
+    search found the gold passage. ``tried``: ``(query, hits)`` of the queries it may write, best
+    first. With ``max_searches`` 1 it writes the first query that finds the gold passage (else the
+    first); with more, it writes the natural first query and, while a search misses, the next one,
+    saying why, so the reference shows a re-query where the first search missed."""
+    def found(hits) -> bool:
+        return bool({h.id for h in hits} & set(gold_ids))
+
+    if max_searches <= 1:
+        query, hits = next(((q, h) for q, h in tried if found(h)), tried[0])
+        return _turns(("model", f"{THINK}I will look up {subject}.</think>\n<search>{query}</search>"),
+                      ("env", format_hits(hits))), found(hits)
+    pairs = []
+    opening = f"{THINK}I will look up {subject}.</think>"
+    for query, hits in tried[:max_searches]:
+        pairs += [("model", f"{opening}\n<search>{query}</search>"), ("env", format_hits(hits))]
+        if found(hits):
+            break
+        opening = f"{THINK}No passage is about {subject}. I will search again.</think>"
+    return _turns(*pairs), found(hits)
+
+
+def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool,
+                     max_searches: int = 1) -> tuple[list[dict], list[dict]]:
     """Reference trajectories of both agents from the demo world's gold chains: ``(kept, rejected)``
-    rows of REFERENCES / REFERENCES_REJECTED (see the module docstring).
+    rows of REFERENCES / REFERENCES_REJECTED (see the module docstring); ``max_searches``: searches a
+    search reference may run (:func:`search_turns`).
 
     Claims whose chain cannot be read from their hops (not demo-world claims) or whose label
     disagrees with the chain are rejected whole (``no_chain``, ``label_mismatch``). A sub-question
@@ -185,15 +210,13 @@ def world_references(claims: Sequence[dict], retriever_tool: RetrieverTool) -> t
     per_hop = len(queries) // max(len(searches), 1)
     for i, (claim, k, (rel, subject, answer, gold_ids)) in enumerate(searches):
         tried = list(zip(_search_queries(rel, subject), hits[i * per_hop:(i + 1) * per_hop]))
-        # the first query whose passages hold the gold passage; else the first one, rejected
-        query, found = next(((q, h) for q, h in tried if {x.id for x in h} & set(gold_ids)), (tried[0][0], None))
+        # the searches up to the first whose passages hold the gold passage; a miss is rejected
+        turns, found = search_turns(subject, tried, max_searches, gold_ids)
         fact = _fact(rel, subject, answer)
-        passages = format_hits(found if found is not None else tried[0][1])
-        turns = _turns(("model", f"{THINK}I will look up {subject}.</think>\n<search>{query}</search>"),
-                       ("env", passages), ("model", f"<report>{fact}</report>"))
+        turns += _turns(("model", f"<report>{fact}</report>"))
         row = _row(f"{claim['id']}:search:{k}", "search", WORLD, claim, rel.question.format(x=subject), turns,
                    report=fact)
-        if found is None or answer not in passages:
+        if not found or answer not in turns[-2]["text"]:
             rejected.append(row | {"reason": "retrieval_miss"})
         else:
             kept.append(row)

@@ -33,8 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from factrl.config import WorldParams
+from factrl.config import WorldDifficulty, WorldParams
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
+from factrl.data.world_wordings import PASSAGE_TEMPLATES, question_wordings, relation_wording
 from factrl.io import atomic_path
 
 SOURCE = "world"
@@ -84,37 +85,39 @@ class Relation:
 
 RELATIONS = (
     Relation("born_in", "person", "city", "birthplace", "was born in", "In which city was {x} born?",
-             ("born", "birth", "native")),
+             ("born", "birth", "native", "home town", "came into")),
     Relation("located_in", "city", "country", "country", "lies in", "In which country does {x} lie?",
              ("countr", "lie", "nation")),
     Relation("founded_by", "company", "person", "founder", "was founded by", "Who founded {x}?",
-             ("found", "establish")),
+             ("found", "establish", "creat", "originat")),
     Relation(
         "headquartered_in", "company", "city", "home city", "is headquartered in", "Where is {x} headquartered?",
         ("headquarter", "hq", "home city", "based", "head office"),
     ),
-    Relation("directed_by", "film", "person", "director", "was directed by", "Who directed {x}?", ("direct",)),
+    Relation("directed_by", "film", "person", "director", "was directed by", "Who directed {x}?", ("direct", "filmmaker")),
     Relation("produced_by", "film", "company", "producer", "was produced by", "Which company produced {x}?",
              ("produc",)),
     Relation("soundtrack", "film", "album", "soundtrack", "has as its soundtrack", "What is the soundtrack of {x}?",
-             ("soundtrack",)),
+             ("soundtrack", "score")),
     Relation("recorded_by", "album", "person", "performer", "was recorded by", "Who recorded {x}?",
              ("record", "perform", "sang", "sung", "sing", "artist", "musician")),
     Relation("developed_by", "game", "company", "developer", "was developed by", "Which company developed {x}?",
-             ("develop",)),
+             ("develop", "program")),
 )
 RELATION = {r.name: r for r in RELATIONS}
 
 
 
 def parse_hop_question(question: str) -> tuple[Relation, str] | None:
-    """The relation and subject of a hop's sub-question (the inverse of ``Relation.question``):
+    """The relation and subject of a hop's sub-question (the inverse of ``Relation.question`` and of
+    its other wordings, ``factrl.data.world_wordings``):
     ``"Who founded Orlen Studios?"`` -> ``(RELATION["founded_by"], "Orlen Studios")``; None when the
     question is not one of the world's templates."""
     for rel in RELATIONS:
-        head, tail = rel.question.split("{x}")
-        if question.startswith(head) and question.endswith(tail) and len(question) > len(head) + len(tail):
-            return rel, question[len(head) : len(question) - len(tail)]
+        for template in question_wordings(rel):
+            head, tail = template.split("{x}")
+            if question.startswith(head) and question.endswith(tail) and len(question) > len(head) + len(tail):
+                return rel, question[len(head) : len(question) - len(tail)]
     return None
 
 
@@ -140,6 +143,13 @@ class World:
     numbers: dict[str, np.ndarray]  # numeric facts, one int array each
     flags: np.ndarray  # bool: add the optional extra sentence to the passage
     by_type: dict[str, np.ndarray]  # type -> sorted entity indices
+    # the hard world's parts (WorldDifficulty); the clean world leaves them at their defaults
+    difficulty: WorldDifficulty = WorldDifficulty()
+    twin: np.ndarray | None = None  # the namesake of each entity (-1: none)
+    qualified: np.ndarray | None = None  # bool: titled with a qualifier, "Kavelo (1994 film)"
+    base_names: list[str] | None = None  # each entity's name without its qualifier
+    wording: np.ndarray | None = None  # the wording of each passage (0 = the clean world's)
+    cross: np.ndarray | None = None  # the other entity whose fact each passage also states (-1: none)
 
     def __len__(self) -> int:
         return len(self.types)
@@ -149,6 +159,9 @@ class World:
 
     def name(self, i: int) -> str:
         return self.names[int(i)].as_py()
+
+    def is_qualified(self, i: int) -> bool:
+        return self.qualified is not None and bool(self.qualified[int(i)])
 
 
 def passage_id(i: int) -> str:
@@ -226,7 +239,118 @@ def build_world(params: WorldParams) -> World:
         "occupation": rng.integers(len(_OCCUPATIONS), size=n),
     }
     flags = rng.random(n) < 0.5
-    return World(types, _names(rng, types), targets, numbers, flags, by_type)
+    world = World(types, _names(rng, types), targets, numbers, flags, by_type)
+    if not params.difficulty.clean:
+        _harden(world, params.difficulty, params.seed)  # a stream of its own: the clean draws stay
+    return world
+
+
+# --- the hard world: namesakes, wordings, cross mentions ----------------------------------------
+
+_WORK_NOUN = {"film": "film", "album": "album", "game": "video game", "company": "company"}
+_UNDECORATED = ("film", "city", "country")  # types whose title is the bare word
+
+
+def _base_word(name: str, type_name: str) -> str:
+    """The invented word a decorated name is built on: ``Dira Kavelo`` -> ``Kavelo``."""
+    if type_name == "person":
+        return name.split(" ", 1)[1]
+    if type_name == "game":
+        return name.split(": ", 1)[0]
+    if type_name in ("company", "album"):
+        return name.rsplit(" ", 1)[0]
+    return name
+
+
+def _with_base(name: str, type_name: str, base: str) -> str:
+    """``name`` rebuilt on another base word, keeping its own decoration."""
+    old = _base_word(name, type_name)
+    if type_name == "person":
+        return name.split(" ", 1)[0] + " " + base
+    return base + name[len(old):]
+
+
+def _occupation_noun(world: World, i: int) -> str:
+    return _OCCUPATIONS[int(world.numbers["occupation"][i])].split(" ", 1)[1]
+
+
+def _qualifier(world: World, i: int, same_type: bool) -> str:
+    """How a namesake is told apart: by type across types; within a type by year (works, companies),
+    occupation (people) or country (cities)."""
+    t = world.type_of(i)
+    if not same_type:
+        return t if t != "game" else "video game"
+    if t == "person":
+        return _occupation_noun(world, i)
+    if t == "city":
+        return world.name(int(world.targets["located_in"][i]))
+    return f"{int(world.numbers['year'][i])} {_WORK_NOUN[t]}"
+
+
+def _harden(world: World, d: WorldDifficulty, seed: int) -> None:
+    """Give ``world`` namesakes, passage wordings and cross mentions, in place (see WorldDifficulty).
+
+    Namesakes come in pairs: within a type the second entity takes the first's whole name (their
+    year, occupation or country is made to differ so the qualifier tells them apart); across types
+    it takes the first's base word in its own decoration (``Kavelo`` the film, ``Kavelo Works`` the
+    company), qualified by type only where the two titles would be equal. Countries are never
+    namesakes (they qualify cities). Row-wise Python: the hard world is a demo-scale world.
+    """
+    rng = np.random.default_rng([seed, 4])
+    n = len(world)
+    names = world.names.to_pylist()
+    twin = np.full(n, -1, dtype=np.int64)
+    qualified = np.zeros(n, dtype=bool)
+    same = np.zeros(n, dtype=bool)
+    kinds = [t for t in TYPES if t != "country"]
+    queues = {t: list(rng.permutation(world.by_type[t])) for t in kinds}
+    taken = set(names)
+    for p in range(int(round(d.homonyms * n / 2))):
+        if p % 2 == 0:  # within a type, the type drawn by its size
+            sizes = np.array([len(queues[t]) for t in kinds], dtype=float)
+            if sizes.max() < 2:
+                break
+            t1 = t2 = kinds[int(rng.choice(len(kinds), p=sizes / sizes.sum()))]
+            if len(queues[t1]) < 2:
+                continue
+        else:
+            t1, t2 = (kinds[int(k)] for k in rng.choice(len(kinds), size=2, replace=False))
+            if not queues[t1] or not queues[t2]:
+                continue
+        a, b = int(queues[t1].pop()), int(queues[t2].pop())
+        if t1 == t2:
+            if t1 == "person" and world.numbers["occupation"][a] == world.numbers["occupation"][b]:
+                world.numbers["occupation"][b] = (world.numbers["occupation"][a] + 1) % len(_OCCUPATIONS)
+            elif t1 == "city" and world.targets["located_in"][a] == world.targets["located_in"][b]:
+                countries = world.by_type["country"]
+                world.targets["located_in"][b] = countries[(np.searchsorted(countries, world.targets["located_in"][a])
+                                                            + 1) % len(countries)]
+            elif t1 not in ("person", "city") and world.numbers["year"][a] == world.numbers["year"][b]:
+                world.numbers["year"][b] += 1 if world.numbers["year"][b] < 2023 else -1
+            new = names[a]
+        else:
+            new = _with_base(names[b], t2, _base_word(names[a], t1))
+            if new != names[a] and new in taken:
+                continue  # the rebuilt name is some third entity's: leave this pair out
+        taken.add(new)
+        names[b] = new
+        twin[a], twin[b] = b, a
+        same[a] = same[b] = t1 == t2
+        qualified[a] = qualified[b] = names[a] == names[b]
+    world.base_names = names
+    world.twin, world.qualified = twin, qualified
+    titles = [f"{names[i]} ({_qualifier(world, i, bool(same[i]))})" if qualified[i] else names[i] for i in range(n)]
+    world.names = pa.array(titles, pa.string())
+    world.difficulty = d
+    world.wording = rng.integers(d.wordings, size=n)
+    others = rng.integers(n, size=n)
+    cross = np.where(rng.random(n) < d.cross_mentions, others, -1)
+    # a cross mention names another entity of the passage's own type
+    for i in np.flatnonzero(cross >= 0):
+        pool = world.by_type[world.type_of(int(i))]
+        j = int(pool[int(others[i]) % len(pool)])
+        cross[i] = j if j != i else -1
+    world.cross = cross
 
 
 # --- passages ---------------------------------------------------------------------------------
@@ -242,6 +366,15 @@ def _num(values: np.ndarray) -> pa.Array:
 
 def _passage_texts(world: World, rows: np.ndarray, type_name: str) -> pa.Array:
     """The text of every passage in ``rows`` (all of one type): 1-3 sentences of its facts."""
+    main, extra = _passage_parts(world, rows, type_name)
+    if world.wording is not None:
+        return _hard_passage_texts(world, rows, type_name, main, extra)
+    # Half the passages carry an extra numeric sentence so lengths and styles vary.
+    return pc.if_else(pa.array(world.flags[rows]), _join(main, extra), main)
+
+
+def _passage_parts(world: World, rows: np.ndarray, type_name: str) -> tuple[pa.Array, pa.Array]:
+    """The clean wording's main sentences and extra numeric sentence of each passage in ``rows``."""
     name = world.names.take(pa.array(rows))
 
     def ref(rel: str) -> pa.Array:
@@ -280,8 +413,40 @@ def _passage_texts(world: World, rows: np.ndarray, type_name: str) -> pa.Array:
         extra = _join(" At launch it cost ", num("price"), " dollars.")
     else:  # pragma: no cover - TYPES is closed
         raise ValueError(type_name)
-    # Half the passages carry an extra numeric sentence so lengths and styles vary.
-    return pc.if_else(pa.array(world.flags[rows]), _join(main, extra), main)
+    return main, extra
+
+
+def _main_fact(world: World, i: int) -> str | None:
+    """``which was directed by Mira Sol``: the first relation fact of entity ``i`` as a clause."""
+    for rel in RELATIONS:
+        if rel.src == world.type_of(i):
+            who = "who" if world.type_of(i) == "person" else "which"
+            return f"{who} {rel.predicate} {world.name(int(world.targets[rel.name][i]))}"
+    return None
+
+
+def _hard_passage_texts(world: World, rows: np.ndarray, type_name: str, main: pa.Array, extra: pa.Array) -> pa.Array:
+    """Passages of the hard world: each in its own wording, a namesake's line ("Not to be confused
+    with Kavelo (2001 film), which was directed by Mira Sol.") and a cross mention of another
+    entity's fact where drawn, then the extra numeric sentence where flagged."""
+    texts = []
+    for k, (i, text, more) in enumerate(zip(rows.tolist(), main.to_pylist(), extra.to_pylist())):
+        w = int(world.wording[i])
+        if w:
+            fields = {"n": world.name(i), "year": int(world.numbers["year"][i]),
+                      "population": int(world.numbers["population"][i])}
+            fields |= {rel.name: world.name(int(world.targets[rel.name][i])) for rel in RELATIONS
+                       if rel.src == type_name}
+            text = PASSAGE_TEMPLATES[type_name][w - 1].format(**fields)
+        if world.twin[i] >= 0:
+            fact = _main_fact(world, int(world.twin[i]))
+            text += f" Not to be confused with {world.name(int(world.twin[i]))}" + (f", {fact}." if fact else ".")
+        if world.cross[i] >= 0:
+            fact = _main_fact(world, int(world.cross[i]))
+            if fact:
+                text += f" See also {world.name(int(world.cross[i]))}, {fact}."
+        texts.append(text + more if world.flags[i] else text)
+    return pa.array(texts, pa.string())
 
 
 def _passage_batch(world: World, start: int, stop: int) -> pa.RecordBatch:
@@ -421,24 +586,74 @@ def _follow(world: World, start: int, path: tuple[str, ...]) -> list[int]:
     return chain
 
 
-def render_claim(world: World, start: int, path: tuple[str, ...], final_name: str) -> str:
-    """The claim text: the start entity named, the bridges described, the end entity named."""
-    subject = f"the {_TYPE_NOUN[world.type_of(start)]} {world.name(start)}"
-    for rel in path[:-1]:
-        subject = f"the {RELATION[rel].noun} of {subject}"
-    text = f"{subject} {RELATION[path[-1]].predicate} {final_name}."
+def mention(world: World, i: int) -> str:
+    """How a claim names its start entity: ``the film Kavelo``; a namesake by what tells it apart,
+    as a person would (``the 1994 film Kavelo``, ``the painter Dira Kavelo``, ``the city Varna in
+    Debix``), never by its bracketed title."""
+    t = world.type_of(i)
+    if not world.is_qualified(i):
+        return f"the {_TYPE_NOUN[t]} {world.name(i)}"
+    base = world.base_names[i]
+    if world.type_of(int(world.twin[i])) != t:
+        return f"the {_TYPE_NOUN[t] if t != 'game' else 'video game'} {base}"
+    if t == "person":
+        return f"the {_occupation_noun(world, i)} {base}"
+    if t == "city":
+        return f"the city {base} in {world.name(int(world.targets['located_in'][i]))}"
+    return f"the {int(world.numbers['year'][i])} {_WORK_NOUN[t]} {base}"
+
+
+def render_claim(world: World, start: int, path: tuple[str, ...], final_name: str, wording: int = 0) -> str:
+    """The claim text: the start entity named, the bridges described, the end entity named.
+
+    Wordings 0 and 1 nest the descriptions and end on the last relation's predicate (``The birthplace
+    of the director of the film Kavelo lies in ...``); wording 2 names the end first (``Debix is the
+    home country of the home town of ...``)."""
+    words = [relation_wording(RELATION[rel], wording) for rel in path]
+    subject = mention(world, start)
+    for w in words[:-1]:
+        subject = f"the {w.noun} of {subject}"
+    if wording == 2:
+        text = f"{final_name} is the {words[-1].noun} of {subject}."
+    else:
+        text = f"{subject} {words[-1].predicate} {final_name}."
     return text[0].upper() + text[1:]
 
 
-def _hops(world: World, chain: list[int], path: tuple[str, ...]) -> list[dict]:
+def _hops(world: World, chain: list[int], path: tuple[str, ...], wording: int = 0) -> list[dict]:
     return [
         {
-            "question": RELATION[rel].question.format(x=world.name(chain[k])),
+            "question": relation_wording(RELATION[rel], wording).question.format(x=world.name(chain[k])),
             "answer": world.name(chain[k + 1]),
             "passage_ids": [passage_id(chain[k])],
         }
         for k, rel in enumerate(path)
     ]
+
+
+def _mentioned(world: World, i: int) -> set[int]:
+    """The entities passage ``i`` names: its relations' targets, its namesake, its cross mention."""
+    named = {int(world.targets[rel.name][i]) for rel in RELATIONS if rel.src == world.type_of(i)}
+    for other in (world.twin, world.cross):
+        if other is not None and other[i] >= 0:
+            named.add(int(other[i]))
+    return named
+
+
+def _near_miss_end(rng: np.random.Generator, world: World, chain: list[int], path: tuple[str, ...]) -> int | None:
+    """A claimed end that is almost right: the true end's namesake of its own type where it has one,
+    else an entity of the end's type that the chain's evidence passages name (a true fact one hop
+    off), else the last relation's target of such a neighbour of the last bridge."""
+    end, end_type = chain[-1], world.type_of(chain[-1])
+    twin = int(world.twin[end]) if world.twin is not None else -1
+    if twin >= 0 and world.type_of(twin) == end_type:
+        return twin
+    named = set().union(*(_mentioned(world, e) for e in chain[:-1]))
+    candidates = sorted(e for e in named if world.type_of(e) == end_type and e != end)
+    bridge_type = world.type_of(chain[-2])
+    candidates += sorted({int(world.targets[path[-1]][e]) for e in named
+                          if world.type_of(e) == bridge_type and e != chain[-2]} - {end} - set(candidates))
+    return int(candidates[int(rng.integers(len(candidates)))]) if candidates else None
 
 
 def _refute_end(rng: np.random.Generator, world: World, chain: list[int], path: tuple[str, ...]) -> int | None:
@@ -459,8 +674,11 @@ def _refute_end(rng: np.random.Generator, world: World, chain: list[int], path: 
     return None
 
 
-def _claim_row(rng, world: World, hops: int, label: str) -> dict | None:
-    """One claim of ``hops`` hops, or None if this draw is unusable (retry with a new draw)."""
+def _claim_row(rng, world: World, hops: int, label: str, hard_rng=None) -> dict | None:
+    """One claim of ``hops`` hops, or None if this draw is unusable (retry with a new draw).
+
+    ``hard_rng`` (the hard world's own stream) draws the claim's wording, its held-out wording and
+    whether a refutation is a near miss; the row's ``_variant`` records them."""
     paths = relation_paths(hops)
     path = paths[int(rng.integers(len(paths)))]
     pool = world.by_type[RELATION[path[0]].src]
@@ -468,11 +686,24 @@ def _claim_row(rng, world: World, hops: int, label: str) -> dict | None:
     chain = _follow(world, start, path)
     if len(set(chain)) != len(chain):
         return None
-    end = chain[-1] if label == "SUPPORTS" else _refute_end(rng, world, chain, path)
+    d = world.difficulty
+    wording, heldout, near = 0, None, False
+    if hard_rng is not None:
+        wording = int(hard_rng.integers(d.wordings - d.heldout_wordings))
+        if d.heldout_wordings:
+            heldout = d.wordings - d.heldout_wordings + int(hard_rng.integers(d.heldout_wordings))
+        near = label == "REFUTES" and bool(hard_rng.random() < d.near_miss)
+    if label == "SUPPORTS":
+        end = chain[-1]
+    else:
+        end = _near_miss_end(rng, world, chain, path) if near else None
+        near = end is not None
+        end = end if near else _refute_end(rng, world, chain, path)
     if end is None:
         return None
-    text = render_claim(world, start, path, world.name(end))
+    text = render_claim(world, start, path, world.name(end), wording)
     # Names are built so one never contains another, but guard anyway: a named bridge leaks a hop.
+    # (Namesakes share a base word, so the hard world checks titles only where they are unique.)
     if any(world.name(b) in text for b in chain[1:-1]) or (label == "REFUTES" and world.name(chain[-1]) in text):
         return None
     gold = world.name(chain[-1])
@@ -481,7 +712,7 @@ def _claim_row(rng, world: World, hops: int, label: str) -> dict | None:
         if label == "SUPPORTS"
         else f"Following the chain from {world.name(start)} leads to {gold}, not {world.name(end)}."
     )
-    return {
+    row = {
         "claim": text,
         "label": label,
         "num_hops": hops,
@@ -489,10 +720,20 @@ def _claim_row(rng, world: World, hops: int, label: str) -> dict | None:
         "evidence_ids": [passage_id(e) for e in chain[:-1]],
         "explanation": why,
         "source": SOURCE,
-        "hops": _hops(world, chain, path),
+        "hops": _hops(world, chain, path, wording),
         "split": None,
         "_chain": chain[:-1],
     }
+    if hard_rng is not None:
+        row["_variant"] = {
+            "wording": wording, "near_miss": near,
+            "start_namesake": world.is_qualified(start) or bool(world.twin[start] >= 0),
+            "chain_namesakes": int(sum(world.twin[e] >= 0 for e in chain)),
+            "heldout_wording": heldout,
+            "heldout_claim": None if heldout is None else render_claim(world, start, path, world.name(end), heldout),
+            "heldout_hops": None if heldout is None else _hops(world, chain, path, heldout),
+        }
+    return row
 
 
 def _plan(params: WorldParams) -> list[tuple[int, str]]:
@@ -509,14 +750,25 @@ def _plan(params: WorldParams) -> list[tuple[int, str]]:
 
 def generate_claims(params: WorldParams) -> pa.Table:
     """The world's claims, balanced per hop count between SUPPORTS and REFUTES (CLAIMS schema)."""
+    return generate_claims_with_variants(params)[0]
+
+
+def generate_claims_with_variants(params: WorldParams) -> tuple[pa.Table, list[dict] | None]:
+    """:func:`generate_claims` and, for a hard world, each claim's variant (None for the clean
+    world): ``id``, ``wording``, ``near_miss``, ``start_namesake`` (the claim names a namesake, told
+    apart by year / occupation / country / type), ``chain_namesakes`` (how many of its chain's
+    entities have one), ``clean`` (wording 0, no namesake at the start, not a near miss: what the
+    warm start may see), and ``heldout_claim`` / ``heldout_hops``: the same claim in a held-out
+    wording (None without ``heldout_wordings``)."""
     world = build_world(params)
     # A separate stream so the claim set does not shift when passage drawing changes.
     rng = np.random.default_rng([params.seed, 1])
+    hard_rng = None if params.difficulty.clean else np.random.default_rng([params.seed, 5])
     rows, texts = [], set()
     for hops, label in _plan(params):
         row = None
         for attempt in range(200):
-            row = _claim_row(rng, world, hops, label)
+            row = _claim_row(rng, world, hops, label, hard_rng)
             # Prefer unseen claim texts; a tiny world may run out, then repeats are allowed.
             if row is not None and (row["claim"] not in texts or attempt >= 100):
                 break
@@ -525,10 +777,15 @@ def generate_claims(params: WorldParams) -> pa.Table:
         texts.add(row["claim"])
         rows.append(row)
     _attach_evidence(world, rows)
+    variants = [] if hard_rng is not None else None
     for i, row in enumerate(rows):
         row["id"] = f"w-c{i + 1:06d}"
         del row["_chain"]
-    return validate(pa.Table.from_pylist(rows), CLAIMS, "world claims")
+        if variants is not None:
+            v = row.pop("_variant")
+            v["clean"] = v["wording"] == 0 and not v["start_namesake"] and not v["near_miss"]
+            variants.append({"id": row["id"], **v})
+    return validate(pa.Table.from_pylist(rows), CLAIMS, "world claims"), variants
 
 
 def entity_passages(world: World, entities) -> dict[int, str]:
@@ -552,17 +809,47 @@ def _attach_evidence(world: World, rows: list[dict]) -> None:
 # --- files ------------------------------------------------------------------------------------
 
 
-def write_world(params: WorldParams, passages_path: str | Path, claims_path: str | Path) -> dict:
-    """Write passages (streamed) and claims as Parquet, each atomically; return counts."""
+def variant_sets(splits: dict[str, pa.Table], variants: list[dict] | None) -> dict[str, pa.Table]:
+    """The claim sets a hard world adds to the ``train`` / ``dev`` / ``eval`` splits:
+
+    * ``warm``: the training claims the warm start may see (``clean`` variants: wording 0, no
+      namesake to tell apart at the start, no near-miss refutation); all of ``train`` for a clean
+      world (``variants`` None), so the warm start reads one file whatever the world;
+    * ``heldout_wording`` (hard worlds with held-out wordings): every eval claim, same id, facts,
+      passages and label, said in a wording no training claim uses.
+    """
+    if variants is None:
+        return {"warm": splits["train"]}
+    by_id = {v["id"]: v for v in variants}
+    train = splits["train"]
+    clean = pa.array([by_id[i]["clean"] for i in train.column("id").to_pylist()], pa.bool_())
+    sets = {"warm": train.filter(clean)}
+    if any(v["heldout_claim"] is not None for v in variants):
+        rows = splits["eval"].to_pylist()
+        for row in rows:
+            v = by_id[row["id"]]
+            row["claim"], row["hops"] = v["heldout_claim"], v["heldout_hops"]
+        sets["heldout_wording"] = pa.Table.from_pylist(rows, schema=CLAIMS)
+    return sets
+
+
+def write_world(params: WorldParams, passages_path: str | Path, claims_path: str | Path,
+                variants_path: str | Path | None = None) -> dict:
+    """Write passages (streamed) and claims as Parquet, each atomically, and a hard world's claim
+    variants as JSON to ``variants_path`` (see :func:`generate_claims_with_variants`); return counts."""
     num_passages = 0
     with atomic_path(passages_path) as tmp:
         with pq.ParquetWriter(tmp, PASSAGES, compression="zstd") as writer:
             for batch in iter_passage_batches(params):
                 writer.write_batch(batch)
                 num_passages += batch.num_rows
-    claims = generate_claims(params)
+    claims, variants = generate_claims_with_variants(params)
     with atomic_path(claims_path) as tmp:
         pq.write_table(claims, tmp, compression="zstd")
+    if variants_path is not None and variants is not None:
+        from factrl.io import write_json
+
+        write_json(variants, variants_path)
     labels = claims.column("label").to_pylist()
     hops = claims.column("num_hops").to_pylist()
     return {

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from factrl.data.world import RELATION, RELATIONS
+from factrl.data.world_wordings import question_wordings
 
 MODEL_NAME = "world-chain"
 
@@ -58,12 +59,14 @@ def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
 
 
-def _template(rel) -> re.Pattern:
-    before, after = rel.question.split("{x}")
+def _template(question: str) -> re.Pattern:
+    before, after = question.split("{x}")
     return re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
 
 
-_TEMPLATES = [(rel.name, _template(rel)) for rel in RELATIONS]
+# every wording's sub-question of every relation (factrl.data.world_wordings)
+_TEMPLATES = [(rel.name, _template(q)) for rel in RELATIONS for q in question_wordings(rel)]
+_QUALIFIER = re.compile(r" \([^()]*\)$")  # a namesake's title: "Kavelo (1994 film)"
 _CUES = {rel.name: re.compile(r"\b(" + "|".join(re.escape(c) for c in rel.cues) + ")") for rel in RELATIONS}
 
 
@@ -87,10 +90,14 @@ def _named(question: str, names: Sequence[str]) -> list[str]:
     """The ``names`` the question mentions as whole words, longest first, no two on the same words."""
     text = f" {_norm(question)} "
     found = []
-    for name in sorted(set(names), key=lambda n: (-len(_norm(n)), n)):
-        key = f" {_norm(name)} "
-        if _norm(name) and key in text:
-            found.append(name)
+    # a namesake's title is also found by its bare name ("the 1994 film Kavelo"): the chain's facts
+    # name one of the two, and a question about the other is asking about this one's words
+    spellings = {(s, n) for n in set(names) for s in (n, _QUALIFIER.sub("", n))}
+    for spelling, name in sorted(spellings, key=lambda sn: (-len(_norm(sn[0])), sn)):
+        key = f" {_norm(spelling)} "
+        if _norm(spelling) and key in text:
+            if name not in found:
+                found.append(name)
             text = text.replace(key, " | ")  # a shorter name inside this one is not a second mention
     return found
 

@@ -1,0 +1,74 @@
+"""The gate before RL time: is there anything for GRPO to learn from on these prompts?
+
+GRPO's advantage is a rollout's reward minus its group's mean, so a group whose rollouts all
+score the same contributes nothing but KL. Before hours of training, sample a few groups from the
+policy as it is and look at two figures (the issue's gate; Yue et al., "limit of RLVR": RL selects
+what some samples already do):
+
+* ``pass_at_k``: the share of prompts some of whose k samples are right (the unbiased estimator of
+  Chen et al. 2021 from n >= k samples). pass@k well above mean accuracy means the skill is there to
+  be selected; pass@k near mean accuracy means the samples agree with each other.
+* ``uniform_group_rate``: the share of groups whose rewards are all equal (all right or all wrong).
+  Near 1, GRPO steps are empty; the learning runs of 2026-11-26 had 0.95-0.99.
+
+:func:`group_figures` computes them from per-rollout rewards and correctness grouped by prompt;
+``bench/world_difficulty.py`` measures them for the warm pair on a world's training claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import comb
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of ``k`` samples drawn without replacement from ``n`` samples,
+    ``c`` of them right, is right: ``1 - C(n - c, k) / C(n, k)``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence[bool]], k: int | None = None,
+                  tol: float = 1e-6) -> dict:
+    """Gate figures of groups of rollouts, one group per prompt.
+
+    rewards: ``[G][n]`` each rollout's scalar reward; correct: ``[G][n]`` whether its answer is right.
+    k: pass@k's k (default: the smallest group size). Returns ``groups``, ``rollouts``, ``accuracy``
+    (mean correctness), ``pass_at_k`` (mean over groups), ``k``, ``uniform_group_rate`` (rewards equal
+    within ``tol``), ``all_right_rate``, ``all_wrong_rate`` and ``mixed_group_rate`` (correctness).
+    """
+    if len(rewards) != len(correct) or not rewards:
+        raise ValueError(f"need the same, non-zero number of reward and correctness groups "
+                         f"({len(rewards)} and {len(correct)})")
+    sizes = [len(g) for g in rewards]
+    if any(len(r) != len(c) or len(r) == 0 for r, c in zip(rewards, correct)):
+        raise ValueError("every group needs as many rewards as correctness flags, and at least one")
+    k = min(sizes) if k is None else k
+    passes = [pass_at_k(len(c), sum(map(bool, c)), k) for c in correct]
+    uniform = [max(r) - min(r) <= tol for r in rewards]
+    right = [all(c) for c in correct]
+    wrong = [not any(c) for c in correct]
+    g = len(rewards)
+    return {
+        "groups": g,
+        "rollouts": sum(sizes),
+        "accuracy": sum(sum(map(bool, c)) for c in correct) / sum(sizes),
+        "k": k,
+        "pass_at_k": sum(passes) / g,
+        "uniform_group_rate": sum(uniform) / g,
+        "all_right_rate": sum(right) / g,
+        "all_wrong_rate": sum(wrong) / g,
+        "mixed_group_rate": 1.0 - (sum(right) + sum(wrong)) / g,
+    }
+
+
+def gate_passes(figures: dict, max_uniform: float = 0.5, min_headroom: float = 0.05) -> tuple[bool, str]:
+    """Whether RL time is worth spending: at most ``max_uniform`` of the groups all-equal, and pass@k
+    at least ``min_headroom`` above mean accuracy (some samples do what others do not). Returns the
+    decision and a sentence with the figures behind it."""
+    headroom = figures["pass_at_k"] - figures["accuracy"]
+    ok = figures["uniform_group_rate"] <= max_uniform and headroom >= min_headroom
+    return ok, (f"{'open' if ok else 'closed'}: {figures['uniform_group_rate']:.2f} of {figures['groups']} groups "
+                f"all-equal (at most {max_uniform}), pass@{figures['k']} {figures['pass_at_k']:.2f} against "
+                f"accuracy {figures['accuracy']:.2f} (headroom {headroom:+.2f}, at least {min_headroom})")

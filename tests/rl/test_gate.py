@@ -1,0 +1,45 @@
+"""The gate's figures on crafted groups: pass@k against its closed form, all-equal groups, the decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from factrl.rl.gate import gate_passes, group_figures, pass_at_k
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)  # 1 - C(3,3)/C(5,3)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 2)
+
+
+def test_group_figures_on_crafted_groups():
+    # rewards 1 (right), 0.1 (valid, wrong), 0 (invalid)
+    rewards = [[1, 1, 1, 1], [0.1, 0.1, 0.1, 0.1], [1, 0.1, 0.1, 0], [0.1, 0, 0.1, 0]]
+    correct = [[r == 1 for r in g] for g in rewards]
+    f = group_figures(rewards, correct)
+    assert f["groups"] == 4 and f["rollouts"] == 16 and f["k"] == 4
+    assert f["accuracy"] == pytest.approx(5 / 16)
+    assert f["pass_at_k"] == pytest.approx(2 / 4)  # groups 1 and 3 have a right sample
+    assert f["uniform_group_rate"] == pytest.approx(2 / 4)  # the last group's rewards differ, none right
+    assert f["all_right_rate"] == 0.25 and f["all_wrong_rate"] == 0.5 and f["mixed_group_rate"] == 0.25
+    assert group_figures(rewards, correct, k=1)["pass_at_k"] == pytest.approx(f["accuracy"])
+
+
+def test_the_gate_opens_only_where_groups_mix():
+    saturated = group_figures([[1] * 4] * 9 + [[1, 0.1, 1, 1]], [[True] * 4] * 9 + [[True, False, True, True]])
+    ok, why = gate_passes(saturated)
+    assert not ok and "0.90 of 10 groups" in why
+    room = group_figures([[1, 0.1, 0.1, 1], [0.1, 0.1, 1, 0.1], [1, 1, 1, 1]],
+                         [[True, False, False, True], [False, False, True, False], [True] * 4])
+    assert gate_passes(room)[0]
+
+
+def test_bad_groups_are_refused():
+    with pytest.raises(ValueError, match="same, non-zero"):
+        group_figures([[1]], [])
+    with pytest.raises(ValueError, match="as many rewards"):
+        group_figures([[1, 0]], [[True]])
