@@ -173,3 +173,20 @@ def test_dvc_reruns_no_haris_stage_after_a_march_edit_and_every_importer_after_a
     rerun = edit_and_dry_run("src/factrl/text.py")
     for stage in ("warmup", "synthesize@1", "train_search@1", "train_reason@1", "train_march@0"):
         assert stage in rerun, (stage, sorted(rerun))
+
+
+def test_no_import_circle_in_src(repo_root):
+    assert deps.import_cycles(repo_root) == []
+
+
+def test_an_import_circle_through_a_function_level_import_is_found(tmp_path):
+    root = _tree(tmp_path, {
+        "src/factrl/__init__.py": "",
+        "src/factrl/a.py": "import factrl.b\n",
+        "src/factrl/b.py": "def f():\n    from factrl import a\n",
+        # a package importing its modules, which import each other one way: no circle
+        "src/factrl/pkg/__init__.py": "from factrl.pkg import one, two\n",
+        "src/factrl/pkg/one.py": "from factrl.pkg.two import x\n",
+        "src/factrl/pkg/two.py": "x = 1\n",
+    })
+    assert deps.import_cycles(root) == [["factrl.a", "factrl.b"]]

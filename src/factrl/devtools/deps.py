@@ -3,6 +3,7 @@
     python -m factrl.devtools.deps --check        # each disagreement with the closures; exit 1 if any
     python -m factrl.devtools.deps --write        # rewrite dvc.yaml's code deps (comments kept)
     python -m factrl.devtools.deps --show warmup  # one stage's closure, one file a line
+    python -m factrl.devtools.deps --cycles       # import circles among src/factrl's modules; exit 1 if any
 
 ``--root DIR`` names the repository (default: the current directory, where ``dvc repro`` runs).
 
@@ -37,6 +38,12 @@ is code the stage depends on that ``ast`` cannot see; :data:`DYNAMIC_IMPORTS` li
 module that names it, and the closure follows those entries like imports. A new ``importlib`` call, ``-m``
 subprocess or dotted-name reference that a stage reaches belongs in that table (the check cannot find
 it otherwise).
+
+**Import circles** (``--cycles``, :func:`import_cycles`): the strongly connected components of the
+import graph of ``src/factrl`` built from the same statements (function-level imports included: a
+lazy import hides a circle from Python, not from a reader), one edge per imported module; the implicit
+import of a parent package is not an edge (``pkg/__init__.py`` importing ``pkg.sub`` that imports
+``pkg.other`` is no circle).
 
 **Code deps and the rest.** A dep of ``dvc.yaml`` is code when it lies under ``stages/``, ``flows/`` or
 ``src/factrl/`` and is a ``.py`` file or a directory: code deps must equal the closure, file by file
@@ -100,6 +107,14 @@ class Resolver:
                         return None  # found outside the code roots (an installed module, a test helper)
                     return Module(name, path.relative_to(self.root), package)
         return None
+
+    def module_at(self, path: Path) -> Module:
+        """The module a file under a source root is imported as."""
+        path = path.resolve()
+        base = max((b for b in self.search if path.is_relative_to(b)), key=lambda b: len(b.parts))
+        parts = list(path.relative_to(base).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        return Module(".".join(parts[:-1] if package else parts), path.relative_to(self.root), package)
 
     def with_parents(self, name: str) -> list[Module]:
         """``name``'s module and the packages above it that Python runs first (those in the repository)."""
@@ -304,6 +319,41 @@ def write(root: Path, dvc_yaml: Path | None = None) -> list[str]:
     return changed
 
 
+def import_cycles(root: Path, under: str = "src/factrl") -> list[list[str]]:
+    """The import circles among the modules under ``under``: each strongly connected component of
+    their import graph with more than one module, as sorted module names (see the module docstring)."""
+    resolver = Resolver(root)
+    modules = {m.name: m for m in map(resolver.module_at, sorted((resolver.root / under).rglob("*.py")))}
+    graph = {name: sorted({found.name for found in map(resolver.find, resolver.imports(m))
+                           if found is not None and found.name in modules and found.name != name})
+             for name, m in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    return sorted(components)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m factrl.devtools.deps",
                                  description=__doc__.splitlines()[0])
@@ -311,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="list disagreements of dvc.yaml with the closures")
     mode.add_argument("--write", action="store_true", help="rewrite dvc.yaml's code deps to the closures")
     mode.add_argument("--show", metavar="STAGE", help="print one stage's closure (its name in dvc.yaml)")
+    mode.add_argument("--cycles", action="store_true",
+                      help="list the import circles among src/factrl's modules")
     ap.add_argument("--root", type=Path, default=Path("."), help="the repository (default: .)")
     ap.add_argument("--dvc-yaml", type=Path, default=None,
                     help="the file to check or write (default: ROOT/dvc.yaml)")
@@ -323,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"no stage {args.show!r} in dvc.yaml")
         print("\n".join(stage_closure(match[0], root)))
         return 0
+    if args.cycles:
+        cycles = import_cycles(root)
+        for component in cycles:
+            print("import circle: " + " <-> ".join(component))
+        if not cycles:
+            print("src/factrl: no import circle")
+        return 1 if cycles else 0
     if args.write:
         changed = write(root, args.dvc_yaml)
         print(f"rewrote the code deps of {len(changed)} stage(s): {', '.join(changed) or 'none'}")
