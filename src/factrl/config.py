@@ -22,14 +22,15 @@ from typing import Any, Literal
 
 from ruamel.yaml import YAML, YAMLError
 
+from factrl.devices import DEVICE_PATTERN
 from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
 
 PARAMS_FILE = "params.yaml"
 
 Device = typing.NewType("Device", str)
 """A ``device`` setting: ``auto`` (CUDA when visible, else CPU), ``cpu``, ``cuda`` or ``cuda:N``
-(resolved by :func:`factrl.hardware.resolve_device` where the model loads)."""
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+(checked against :data:`factrl.devices.DEVICE_PATTERN` when params load, resolved by
+:func:`factrl.hardware.resolve_device` where the model loads)."""
 
 
 class ConfigError(ValueError):

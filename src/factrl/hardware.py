@@ -28,7 +28,7 @@ from typing import Literal
 
 import torch
 
-from factrl.config import DEVICE_PATTERN  # the names a device setting may hold (checked when params load)
+from factrl.devices import DEVICE_PATTERN  # the names a device setting may hold (checked when params load)
 
 Precision = Literal["auto", "bf16", "fp32"]
 PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")

@@ -8,7 +8,7 @@ from factrl.agents.haris import (
     REASONING_SYSTEM, SEARCH_SYSTEM, Haris, default_reasoning_params, default_search_params, format_trace,
     main, verify,
 )
-from factrl.agents.protocol import parse_reasoning, parse_search
+from factrl.agents.protocol import escape_tags, parse_reasoning, parse_search
 
 
 def test_prompts_keep_the_papers_rules_and_examples_are_valid():
@@ -62,6 +62,45 @@ def test_haris_routes_questions_through_search_agent(script_llm):
     assert "VERDICT: SUPPORTS" in trace
 
 
+def _read_from(search) -> str:
+    """What the reasoning agent should read for a question: the search agent's report; without one,
+    the passages it retrieved; without those, a note saying so."""
+    if search.report:
+        return escape_tags(search.report)
+    if search.retrieved:
+        return escape_tags("\n".join(search.retrieved))
+    return "The search agent found no information."
+
+
+@pytest.mark.parametrize("search_ends", ["report", "no report", "no search"])
+def test_reasoning_agent_reads_the_report_or_else_the_passages(script_llm, search_ends):
+    def reply(prompt: str) -> str:
+        if "You collect the information" in prompt:
+            if search_ends == "no search":
+                return "I know nothing about it.</think>"
+            if "Doc 1" in prompt.rsplit("Question: ", 1)[-1]:
+                return ("<report>Orsa was founded by Ilse.</report>" if search_ends == "report"
+                        else "Ilse, I think.</think>")
+            return "look</think><search>Orsa founder</search>"
+        if "<question>" in prompt.rsplit("Claim: ", 1)[-1]:
+            return "<think>ok</think><verification>\\boxed{Support}</verification>"
+        return "need founder</think><question>Who founded Orsa?</question>"
+
+    [res] = verify(["Ilse founded Orsa."], reason_llm=script_llm(reply), retriever=OneDocRetriever())
+    [search] = res.searches
+    read = res.trajectory.results
+    assert read == [_read_from(search)]
+    if search_ends == "report":
+        assert read == ["Orsa was founded by Ilse."]
+    elif search_ends == "no report":
+        assert search.report is None and len(search.retrieved) == 1
+        assert "Orsa is a company founded by Ilse." in read[0]
+    else:
+        assert search.report is None and not search.retrieved
+        assert read == ["The search agent found no information."]
+    assert res.verdict == "SUPPORTS"
+
+
 @pytest.mark.slow
 def test_real_haris_rollout_on_demo_world(local_llm, demo_world, demo_retriever, tokenizer):
     """End to end with SmolLM2 and the demo world's BM25 index (short generations)."""
@@ -79,9 +118,14 @@ def test_real_haris_rollout_on_demo_world(local_llm, demo_world, demo_retriever,
     assert_mask_matches_turns(t, tokenizer)
     assert_mask_matches_turns(search, tokenizer)
     # what the reasoning agent read is the search agent's report or, failing that, its passages
-    assert t.results[0] == (res.searches[0].report or "\n".join(search.results) or t.results[0])
-    assert res.verdict in {None, "SUPPORTS", "REFUTES"}
-    assert "CLAIM:" in format_trace(res)
+    # (the trajectory keeps the tool's answer before truncation); which one depends on the model
+    assert t.results[0] == _read_from(res.searches[0])
+    # the verdict is the one the reasoning agent's own text gives (None without a valid verification)
+    assert res.parse == parse_reasoning(t.response_text) and res.verdict == res.parse.verdict
+    trace = format_trace(res)
+    assert trace.startswith(f"CLAIM: {claims[0]['claim']}\n")
+    assert f"[question 1] {t.queries[0]}" in trace and f"[result] {t.results[0].strip()}" in trace
+    assert f"VERDICT: {res.verdict or 'none (no valid verification)'}" in trace
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import pytest
 from dvc.repo import Repo
 
 from tests.pipeline_repo import edit_params, make_pipeline_repo
+from tests.prefect_harness import prefect_harness
 
 
 @pytest.fixture
@@ -65,12 +66,37 @@ def test_pipeline_params_edit_does_not_rerun_prepare(pipeline_repo):
 
 
 def test_flow_runs_under_prefect_harness(pipeline_repo):
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows.pipeline import pipeline
 
-    with prefect_test_harness():
+    with prefect_harness():
         result = pipeline(str(pipeline_repo), ["index"])
         assert result == {"prepare": True, "index": True}
         assert pipeline(str(pipeline_repo), ["index"]) == {"prepare": False, "index": False}
     assert (pipeline_repo / "data" / "passages.parquet").exists()
+
+
+def test_every_temporary_prefect_server_gets_one_startup_limit(repo_root, monkeypatch):
+    """The harness waits as long as a flow's own ephemeral server, the setting
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS (which saw the environment), not its own 30 s;
+    no test starts it otherwise."""
+    import ast
+    import os
+
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+    from prefect.testing import utilities
+
+    env = os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]
+    assert PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value() == int(env)
+    calls = []
+    monkeypatch.setattr(utilities, "prefect_test_harness", lambda **kw: calls.append(kw))
+    prefect_harness()
+    assert calls == [{"server_startup_timeout": None}]  # None: the harness reads the setting
+
+    def harness_calls(path):
+        return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", ""))
+                == "prefect_test_harness"]
+
+    tests = (repo_root / "tests").rglob("*.py")
+    callers = sorted(str(p.relative_to(repo_root)) for p in tests if harness_calls(p))
+    assert callers == ["tests/prefect_harness.py"]

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from factrl.agents import march
-from factrl.agents.march import run_march
-from factrl.recipes.march import score_episode
+from factrl.agents.march import run_march, score_episode
 from factrl.recipes.march_verl import MARCH, item_of, march_row
 from factrl.rewards.registry import get_reward
 from tests.agents.test_march import ITEM, MISSING, answering_checker, scripted

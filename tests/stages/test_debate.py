@@ -24,13 +24,12 @@ from flows.fanout import BatchError
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of
+from tests.prefect_harness import prefect_harness
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=300):  # 2 shared cores can be slow to start it
+def temporary_prefect_server():
+    with prefect_harness():
         yield
 
 

@@ -18,13 +18,12 @@ from factrl.llm.signatures import PseudoAnswer
 from factrl.recipes.haris_rounds import find_round
 from flows.synthesize import TeacherBatchError
 from stages import synthesize as stage
+from tests.prefect_harness import prefect_harness
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):  # 30 s is too short on 2 busy cores
+def temporary_prefect_server():
+    with prefect_harness():
         yield
 
 

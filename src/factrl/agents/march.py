@@ -37,8 +37,9 @@ string (``"1200"``, ``"45"``, ``"12000"``, ``"2005"``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
@@ -398,6 +399,20 @@ def judge_answer(response: str, item: MarchItem) -> tuple[bool, bool]:
     if not item.answerable:
         return number is None, number is not None
     return number == item.answer, bool(unsupported_numbers(response, item.documents, item.question))
+
+
+def score_episode(reward: Callable, episode: MarchEpisode):
+    """The named reward of one episode (``reward``: a registered claim-consistency reward,
+    ``(solver, checker) -> RewardResult``), with what the logs need beside it in its parts: proposals,
+    training accuracy (``correct``, against the gold number no role sees) and hallucination; its
+    format validity is the episode's. The local trainer (``factrl.recipes.march``) and verl's agent loop
+    (``factrl.recipes.march_verl``) both score with it."""
+    solver, checker = episode.claims()
+    result = reward(solver, checker)
+    correct, hallucinated = judge_answer(episode.response, episode.item)
+    parts = {**result.parts, "proposals": float(len(episode.proposals.pairs)), "correct": float(correct),
+             "hallucinated": float(hallucinated), "answerable": float(episode.item.answerable)}
+    return dataclasses.replace(result, parts=parts, format_valid=episode.format_valid)
 
 
 def answer_number(response: str, question: str = "") -> str | None:

@@ -199,17 +199,6 @@ def march_params(p: TrainMarchParams, *, greedy: bool = False) -> agent.MarchPar
                                       checker_samples=p.checker_samples, anchor_question=p.anchor_question)
 
 
-def score_episode(reward: Callable, episode: agent.MarchEpisode) -> RewardResult:
-    """The named reward of one episode, with what the logs need beside it: proposals, training
-    accuracy (``correct``, against the gold number no role sees) and hallucination."""
-    solver, checker = episode.claims()
-    result = reward(solver, checker)
-    correct, hallucinated = agent.judge_answer(episode.response, episode.item)
-    parts = {**result.parts, "proposals": float(len(episode.proposals.pairs)), "correct": float(correct),
-             "hallucinated": float(hallucinated), "answerable": float(episode.item.answerable)}
-    return RewardResult(score=result.score, parts=parts, format_valid=episode.format_valid)
-
-
 def rollout_fn(llm, params: agent.MarchParams, train_roles: Sequence[str]) -> Callable:
     """``(items, n) -> episodes``: ``n`` MARCH episodes per question, item-major."""
 
@@ -227,7 +216,7 @@ def reward_fn(name: str, failures: Counter | None = None) -> Callable:
     def score(items: list, episodes: list[agent.MarchEpisode]) -> list[RewardResult]:
         if failures is not None:
             failures.update(role for ep in episodes for role in ep.format_errors)
-        return [score_episode(reward, ep) for ep in episodes]
+        return [agent.score_episode(reward, ep) for ep in episodes]
 
     return score
 
@@ -236,7 +225,7 @@ def evaluate(llm, items: Sequence[agent.MarchItem], p: TrainMarchParams) -> dict
     """Greedy episodes on ``items``: hallucination rate, accuracy, proposals per answer, the reward's
     mean and format failures by role (see the module docstring)."""
     episodes = agent.run_march(llm, list(items), march_params(p, greedy=True))
-    scored = [score_episode(get_reward(p.reward), ep) for ep in episodes]
+    scored = [agent.score_episode(get_reward(p.reward), ep) for ep in episodes]
     failures = Counter(role for ep in episodes for role in ep.format_errors)
 
     def by_kind(part: str) -> dict:

@@ -4,10 +4,10 @@
 local trainer runs, on verl's rollout server: the solver answers, the proposer extracts the
 answer's claims and the blind checker answers them ``checker_samples`` times, all from the policy
 being trained (the paper's one policy in three roles). The registered reward named in the loop's
-config (``march_ztr``, ``march_err``) scores the episode through the local trainer's
-:func:`factrl.recipes.march.score_episode` and comes back as the row's ``reward_score``, so verl
-needs no reward function for these rows (it reads ``rm_scores``); the reward's parts and the
-episode's counts (proposals, correct, hallucinated) come back as ``reward_extra_info``.
+config (``march_ztr``, ``march_err``) scores the episode through
+:func:`factrl.agents.march.score_episode`, as in the local trainer, and comes back as the row's
+``reward_score``, so verl needs no reward function for these rows (it reads ``rm_scores``); the
+reward's parts and the episode's counts (proposals, correct, hallucinated) come back as ``reward_extra_info``.
 
 Only the solver's trajectory trains on verl: verl 0.9's agent loop returns one sequence per row, so
 the checker's trajectories (trained jointly by the local trainer, ``train_roles: [solver, checker]``)
@@ -36,7 +36,6 @@ from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
 from factrl.config import TrainMarchParams
 from factrl.recipes import verl_rounds
-from factrl.recipes.march import score_episode
 from factrl.rewards.registry import get_reward
 from factrl.rl import verl_backend
 from factrl.rl.verl_agent import PASSTHROUGH, FactrlAgentLoop, VerlEngine, plain
@@ -115,7 +114,7 @@ class MarchAgentLoop(FactrlAgentLoop):
                             {k: sampling_params[k] for k in PASSTHROUGH if k in sampling_params})
         loop = agent.march_loop(engine, item, params, train_roles=("solver",), tokenizer=self.tokenizer)
         episode = await drive(loop, engine.generate, _no_tool)
-        scored = score_episode(_reward(self.reward_name), episode)
+        scored = agent.score_episode(_reward(self.reward_name), episode)
         solver = episode.solver
         return AgentLoopOutput(
             prompt_ids=solver.prompt_ids, response_ids=solver.response_ids, response_mask=solver.loss_mask,

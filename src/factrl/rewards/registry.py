@@ -28,17 +28,12 @@ class RewardResult:
 
 def get_reward(name: str, key: str | None = None) -> Callable[..., Any]:
     """The reward function registered as ``name``; a KeyError listing the known names otherwise,
-    which names the params ``key`` the name came from when one is given (``m2r.reward``)."""
-    _load_builtin()
+    which names the params ``key`` the name came from when one is given (``m2r.reward``). The
+    built-in rewards are registered: importing this module runs ``factrl/rewards/__init__.py`` first,
+    which imports every reward module."""
     try:
         return REWARDS.lookup(name)
     except UnknownName as exc:
         if key is None:
             raise
         raise UnknownName(f"params {key}: {exc}") from None
-
-
-def _load_builtin() -> None:
-    # Importing the modules runs their @register decorators; imported lazily so that importing the
-    # registry alone never pulls in the agent protocol.
-    from factrl.rewards import haris, m2r, maporl, march  # noqa: F401
