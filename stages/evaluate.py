@@ -160,8 +160,21 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
         f"(precision: {params.precision})",
         f"wall time: {sum(result.seconds.values()):.0f} s",
     ]
+    # what each HARIS checkpoint adds to the one before it (base -> warm -> trained), paired over
+    # the same claims: the figure that shows what a stage of training did
+    names = [n for n, _, _ in checkpoints]
+    gains = runner.paired_gains(result.predictions, list(zip(names[1:], names[:-1])), n_boot=params.n_boot,
+                                seed=params.seed)
+    for dataset, by_pair in gains.items():
+        for pair, cells in by_pair.items():
+            pooled = cells["pooled"]
+            notes.append(f"{dataset}: {pair}, paired over the same {pooled['n']} claims: "
+                         f"{100 * pooled['mean']:+.1f} points [{100 * pooled['ci95'][0]:+.1f}, "
+                         f"{100 * pooled['ci95'][1]:+.1f}]")
     tag = "_real" if real_only else ""
     written = runner.write_outputs(result, metrics_path=Path(f"metrics/eval{tag}.json"),
+                                   predictions_path=Path(f"metrics/predictions{tag}.parquet"),
+                                   gains=gains, gains_path=Path(f"metrics/gains{tag}.json"),
                                    report_path=Path(f"reports/eval{tag}.md"), plots_dir=Path(f"plots/eval{tag}"),
                                    traces_path=Path(f"reports/traces{tag}.html"),
                                    title="Evaluation on the real claim sets" if real_only else "Evaluation",

@@ -83,3 +83,16 @@ def test_mean_interval_brackets_the_mean_and_resamples_as_the_metrics_do():
     correct = np.random.default_rng(1).random(40) < 0.6
     y_pred = ["SUPPORTS" if c else "REFUTES" for c in correct]
     assert bootstrap_mean_ci(correct, 300, 7) == bootstrap_ci(["SUPPORTS"] * 40, y_pred, "accuracy", 300, 7)
+
+
+def test_paired_bootstrap_diff_counts_only_what_differs():
+    from factrl.eval.metrics import paired_bootstrap_diff
+
+    same = [1.0, 0.0, 1.0, 1.0, 0.0] * 20
+    flat = paired_bootstrap_diff(same, same)
+    assert flat["mean"] == 0.0 and flat["ci95"] == [0.0, 0.0] and flat["n"] == 100
+    better = [1.0] * 100
+    gain = paired_bootstrap_diff(better, same)  # 40 claims turned right, none turned wrong
+    assert gain["mean"] == pytest.approx(0.4) and 0.25 < gain["ci95"][0] < 0.4 < gain["ci95"][1] < 0.55
+    with pytest.raises(ValueError, match="paired"):
+        paired_bootstrap_diff([1.0], [1.0, 0.0])

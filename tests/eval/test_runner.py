@@ -306,3 +306,20 @@ def test_each_system_frees_its_engines_once_it_has_scored(tmp_path):
     assert last_a < first_b  # one system after the other
     assert {"a:release", "a:clear"} <= set(log[last_a:first_b])  # freed in between
     assert log[-2:] == ["b:release", "b:clear"]
+
+
+def test_paired_gains_per_hop_and_pooled():
+    from factrl.eval.runner import paired_gains
+
+    preds = []
+    for i in range(12):
+        hops = 2 + i % 2
+        for system, right in (("warm", i < 4), ("trained", i < 10), ("rag", True)):
+            preds.append({"dataset": "demo", "system": system, "claim_id": f"c{i}", "num_hops": hops,
+                          "label": "SUPPORTS", "verdict": "SUPPORTS" if right else "REFUTES"})
+    gains = paired_gains(preds, [("trained", "warm"), ("trained", "missing")], n_boot=200)
+    cells = gains["demo"]["trained - warm"]
+    assert set(gains["demo"]) == {"trained - warm"}
+    assert set(cells) == {"pooled", "2hop", "3hop"}
+    assert cells["pooled"]["mean"] == pytest.approx(0.5) and cells["pooled"]["n"] == 12
+    assert cells["2hop"]["n"] == 6 and cells["pooled"]["ci95"][0] > 0

@@ -78,7 +78,13 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
     assert html.count('<section class="rollout') == 2 * 2 * 5
     for system in ("Single agent", "RAG", "Decomp-Verify"):
         assert metrics["demo"]["3hop"][system]["n"] == 4
-    assert set(out) == {"metrics", "accuracy_plot", "reward_plot", "report", "traces"}
+    assert set(out) == {"metrics", "predictions", "gains", "accuracy_plot", "reward_plot", "report", "traces"}
+    import pyarrow.parquet as pq
+
+    preds = pq.read_table(tiny_world / "metrics" / "predictions.parquet").to_pylist()
+    assert {p["system"] for p in preds} >= {"RAG", "Single agent"} and all(p["claim_id"] for p in preds)
+    gains = json.loads((tiny_world / "metrics" / "gains.json").read_text())
+    assert gains == {}  # one HARIS checkpoint (base): nothing to pair; paired_gains has its own test
 
 
 def test_real_sets_run_only_when_switched_on_or_alone_into_their_own_outputs(tiny_world):
@@ -385,3 +391,4 @@ def test_pipeline_run_publishes_eval_table(tmp_path, repo_root):
                       "avg_searches": 1.0}]
     md = found["factrl-pipeline-run"].data
     assert "## Evaluation (metrics/eval.json)" in md and "| demo | 2hop | RAG | 55.0 |" in md
+

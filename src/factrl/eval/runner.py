@@ -405,6 +405,33 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
 # --------------------------------------------------------------------------------------------
 
 
+def paired_gains(predictions: Sequence[Mapping], pairs: Sequence[tuple[str, str]], *, n_boot: int = 1000,
+                 seed: int = 0) -> dict:
+    """What each system of ``pairs`` gains over the other on the same claims: ``{dataset: {"A - B":
+    {hop: {mean, ci95, n}}}}`` with hops ``2hop`` .. and ``pooled``, a paired bootstrap of per-claim
+    correctness (:func:`factrl.eval.metrics.paired_bootstrap_diff`); pairs missing from a dataset are
+    left out."""
+    from factrl.eval.metrics import paired_bootstrap_diff
+
+    right: dict = {}
+    for p in predictions:
+        right.setdefault(p["dataset"], {}).setdefault(p["system"], {})[p["claim_id"]] = (
+            float(p["verdict"] == p["label"]), p["num_hops"])
+    out: dict = {}
+    for dataset, by_system in right.items():
+        for a, b in pairs:
+            if a not in by_system or b not in by_system:
+                continue
+            ids = sorted(set(by_system[a]) & set(by_system[b]))
+            groups = {"pooled": ids} | {f"{h}hop": [i for i in ids if by_system[a][i][1] == h]
+                                        for h in sorted({by_system[a][i][1] for i in ids} - {None})}
+            out.setdefault(dataset, {})[f"{a} - {b}"] = {
+                hop: paired_bootstrap_diff([by_system[a][i][0] for i in g], [by_system[b][i][0] for i in g],
+                                           n_boot=n_boot, seed=seed)
+                for hop, g in groups.items() if g}
+    return out
+
+
 def passages_index(passages: str | Path, root: str | Path) -> Path:
     """A BM25 index of a passage file (JSONL or PASSAGES Parquet) under ``root``, keyed by the file's
     content hash, so an unchanged file is indexed once; returns the index directory."""
@@ -441,8 +468,11 @@ def load_llm(spec: str, device="auto", precision: str = "auto"):
 
 def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, plots_dir: Path,
                   traces_path: Path, title: str, notes: Sequence[str] = (),
-                  reward_points: Sequence[Mapping] = ()) -> dict[str, Path]:
-    """metrics JSON, the markdown report (Table 1 layout), plots, and the trace page."""
+                  reward_points: Sequence[Mapping] = (), predictions_path: Path | None = None,
+                  gains: Mapping | None = None, gains_path: Path | None = None) -> dict[str, Path]:
+    """metrics JSON, the markdown report (Table 1 layout), plots, and the trace page; with
+    ``predictions_path`` every claim's verdict per system (Parquet), with ``gains_path`` the paired
+    gains (:func:`paired_gains`)."""
     import os
 
     from factrl.eval import plots
@@ -453,6 +483,14 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
     written = {}
     write_json(nested_metrics(result.rows), metrics_path)
     written["metrics"] = metrics_path
+    if predictions_path is not None and result.predictions:
+        from factrl.io import write_parquet
+
+        write_parquet(pa.Table.from_pylist(result.predictions), predictions_path)
+        written["predictions"] = predictions_path
+    if gains_path is not None:
+        write_json(gains, gains_path)
+        written["gains"] = gains_path
     images = []
     if any(r["metric"] == "accuracy" for r in result.rows):
         written["accuracy_plot"] = plots.render(plots.accuracy_per_hop_spec(result.rows),
