@@ -176,6 +176,29 @@ def report(main_runs: list[dict], ablations: dict[str, dict]) -> dict:
     return result
 
 
+def variant_accuracy(predictions: list[dict], world: WorldParams, dataset: str = "demo") -> dict:
+    """Accuracy of each system on the claims of each kind (``near_miss``, ``start_namesake``,
+    ``wording_<w>``, ``clean``, and their complements): where the errors are. The variants are
+    recomputed from the world's params (the generator is deterministic)."""
+    from factrl.data.world import generate_claims_with_variants
+
+    variants = {v["id"]: v for v in generate_claims_with_variants(world)[1] or []}
+    cells: dict = {}
+    for p in predictions:
+        v = variants.get(p["claim_id"])
+        if p["dataset"] != dataset or v is None:
+            continue
+        kinds = [f"wording_{v['wording']}", "clean" if v["clean"] else "not_clean",
+                 "near_miss" if v["near_miss"] else ("refutes_far" if p["label"] == "REFUTES" else "supports"),
+                 "start_namesake" if v["start_namesake"] else "start_unique"]
+        for kind in kinds:
+            cell = cells.setdefault(p["system"], {}).setdefault(kind, [0, 0])
+            cell[0] += p["verdict"] == p["label"]
+            cell[1] += 1
+    return {system: {kind: {"accuracy": right / n, "n": n} for kind, (right, n) in sorted(by.items())}
+            for system, by in cells.items()}
+
+
 def retrieval_hit_at_k(repo: Path) -> dict:
     """bench/world_difficulty.py's retrieval figures on the run's own training split and index."""
     import pyarrow.parquet as pq
@@ -223,6 +246,7 @@ def main() -> None:
         params = merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])), ablation_overrides(name))
         ablations[name] = one_run(work, name, params, side, log, first=False, ablation=True, start_from=first)
     result = report(main_runs, ablations)
+    result["by_variant"] = variant_accuracy(main_runs[0]["predictions"], world_of(base))
     result |= {"retrieval_hit_at_k": retrieval_hit_at_k(first), "commit": measured.git["commit"],
                "seeds": args.seeds, "profile": args.profile, "per_hop": base["evaluate"].get("per_hop"),
                "world": dataclasses.asdict(world_of(base)), "unseen_world_seed": UNSEEN_WORLD_SEED,

@@ -100,6 +100,19 @@ def test_warmup_edit_reruns_warmup_and_what_follows_it_only(committed_repo):
     assert _dry(committed_repo) == ["warmup"]
 
 
+def test_a_world_edit_reruns_prepare_and_everything_that_reads_its_claims(committed_repo):
+    """Turning the hard world on (prepare.world.difficulty) reruns prepare; everything downstream of
+    the claims, the warm start's clean claims (data/claims/warm.parquet) included, follows it."""
+    edit_params(committed_repo, {"prepare": {"world": {"difficulty": {"homonyms": 0.3, "wordings": 3}}}})
+    assert _dry(committed_repo) == ["prepare"]
+    later = _downstream(committed_repo, ["prepare"])
+    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    assert {"index", "curriculum", "warmup", "evaluate"} | {f"train_reason@{i}" for i in ids} <= later
+    with Repo(str(committed_repo)) as dvc:
+        warmup = next(s for s in dvc.index.stages if s.addressing == "warmup")
+        assert any(d.def_path == "data/claims/warm.parquet" for d in warmup.deps)
+
+
 def test_rounds_chain_as_algorithm_1(committed_repo):
     """train_search@r needs qa_r and L_prev; train_reason@r needs L_r and H_prev; synthesize@r+1
     needs both agents of round r."""
