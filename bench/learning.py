@@ -111,7 +111,8 @@ def run(cmd: list[str], cwd: Path, log: Path) -> None:
 
 # What a run's copy of a finished run leaves behind: that run's evaluation (evaluate() skips a
 # system whose metrics file exists) and the DVC cache, which the copy shares instead.
-NOT_COPIED = (".dvc/cache", ".dvc/tmp", "metrics/learning_*.json", "metrics/eval.json", "params_*.yaml")
+NOT_COPIED = (".dvc/cache", ".dvc/tmp", "metrics/learning_*", "metrics/eval.json", "metrics/predictions.parquet",
+              "params_*.yaml")
 
 
 def copy_run(finished: Path, repo: Path) -> None:
@@ -179,15 +180,22 @@ def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
     return claims, index_dir
 
 
-def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
-    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``; its metrics."""
+def evaluate_into(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path,
+                  output: str = "eval.json") -> Path:
+    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``, its ``output``
+    (a file under metrics/) kept as ``metrics/learning_<name>.<suffix>``; a kept one is not redone."""
     path = repo / f"params_{name}.yaml"
     write_params({**params, "evaluate": {**params["evaluate"], **evaluate_section}}, path)
-    out = repo / "metrics" / f"learning_{name}.json"
+    out = repo / "metrics" / f"learning_{name}{Path(output).suffix}"
     if not out.exists():
         run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)
-        (repo / "metrics" / "eval.json").replace(out)
-    return json.loads(out.read_text())
+        (repo / "metrics" / output).replace(out)
+    return out
+
+
+def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
+    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``; its metrics."""
+    return json.loads(evaluate_into(repo, params, name, evaluate_section, log).read_text())
 
 
 SEED_INDEPENDENT = ("haris_base", "rag", "single_agent")  # the base model only: the same on every seed

@@ -79,13 +79,7 @@ def evaluate(repo: Path, params: dict, name: str, section: dict, log: Path) -> l
     """Stage evaluate's code on ``section`` (over params' own) in ``repo``: every claim's verdicts."""
     import pyarrow.parquet as pq
 
-    path = repo / f"params_{name}.yaml"
-    write_params({**params, "evaluate": {**params["evaluate"], **section}}, path)
-    out = repo / "metrics" / f"predictions_{name}.parquet"
-    if not out.exists():
-        run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)
-        (repo / "metrics" / "predictions.parquet").replace(out)
-    return pq.read_table(out).to_pylist()
+    return pq.read_table(learning.evaluate_into(repo, params, name, section, log, "predictions.parquet")).to_pylist()
 
 
 def one_run(work: Path, name: str, params: dict, side: list[dict], log: Path, *, first: bool,
