@@ -44,7 +44,9 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
 
         def make_fns(policy):
             return (haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params),
-                    haris_rounds.reasoning_reward_fn(params.reward, require_question=params.require_question))
+                    haris_rounds.reasoning_reward_fn(params.reward, require_question=params.require_question,
+                                                     hop_reward=params.hop_reward,
+                                                     hop_answers=haris_rounds.hop_answers_of(claims)))
 
         return haris_rounds.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,

@@ -340,6 +340,10 @@ class ReasonTrainParams(AgentTrainParams):
         ``haris_reasoning`` (R_high, the paper's eq. 1) or ``maporl_reasoning`` (MAPoRL's rule
         verifier behind its reward-hacking guards: no box, text after the box, fewer than 50 tokens,
         a phrase repeated 4+ times in a row each score -10).
+    hop_reward: per-hop shaping, StepSearch-style dense credit (not in HARIS; 0 = off): a valid-format
+        response also earns this times the share of the claim's gold hop answers that the reports it
+        read name (``rewards.haris.with_hop_credit``), so groups whose verdicts agree still rank the
+        rollouts that got further along the chain. Claims without hops (real data) earn none.
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
@@ -348,6 +352,7 @@ class ReasonTrainParams(AgentTrainParams):
     search_temperature: float = 0.0
     require_question: bool | Literal["per_hop"] = False
     reward: str = "haris_reasoning"
+    hop_reward: float = 0.0
 
 
 @dataclass(frozen=True)

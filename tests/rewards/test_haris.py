@@ -163,3 +163,24 @@ def test_search_rewards_checks_batch_and_judge_sizes():
 def test_registered_by_name():
     assert get_reward("haris_reasoning") is reasoning_reward
     assert get_reward("haris_search") is search_rewards
+
+
+def test_hop_credit_ranks_rollouts_that_got_further_along_the_chain():
+    from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN
+    from factrl.rewards.haris import hops_found, reasoning_reward, with_hop_credit
+
+    def response(*reports: str, verdict: str = "Refute") -> str:
+        asked = "".join(f"<question>Q{i}?</question>{RESULT_OPEN}{r}{RESULT_CLOSE}" for i, r in enumerate(reports))
+        return f"<think>x</think>{asked}<verification>\\boxed{{{verdict}}}</verification>"
+
+    chain = ["Rili Sessions", "Kana Bevox", "Vuvos"]
+    one = response("The soundtrack is Rili Sessions.")
+    three = response("The soundtrack is Rili Sessions.", "It was recorded by Kana Bevox.", "Born in vuvos.")
+    assert hops_found(one, chain) == pytest.approx(1 / 3) and hops_found(three, chain) == 1.0
+    assert hops_found("<think>Rili Sessions</think>", chain) == 0  # its own words are no report
+    base = reasoning_reward(three, "SUPPORTS")  # wrong verdict, valid format: 0.1
+    shaped = with_hop_credit(base, three, chain, 0.2)
+    assert shaped.score == pytest.approx(0.1 + 0.2) and shaped.parts["hops_found"] == 1.0
+    assert with_hop_credit(base, three, chain, 0.0) is base  # off by default
+    invalid = reasoning_reward("<question>Q?</question>", "SUPPORTS")
+    assert with_hop_credit(invalid, one, chain, 0.2).score == 0.0  # a malformed response earns nothing

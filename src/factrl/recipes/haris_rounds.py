@@ -166,17 +166,33 @@ def reasoning_rollout_fn(llm, search_tool: SearchAgentTool, params: RolloutParam
     return rollout
 
 
-def reasoning_reward_fn(reward: str = "haris_reasoning", *,
-                        require_question: QuestionRule = False) -> Callable:
+def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: QuestionRule = False,
+                        hop_reward: float = 0.0, hop_answers: dict[str, list[str]] | None = None) -> Callable:
     """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
-    ``require_question``: the "ask before you decide" rule (``rewards.haris.questions_required``)."""
+    ``require_question``: the "ask before you decide" rule (``rewards.haris.questions_required``);
+    ``hop_reward``: per-hop shaping (:func:`factrl.rewards.haris.with_hop_credit`) with each claim's
+    gold hop answers by claim id (:func:`hop_answers_of`)."""
+    from factrl.rewards.haris import with_hop_credit
+
     fn = get_reward(reward, key="train.reasoning.reward")
+    answers = hop_answers or {}
 
     def score(items: list[dict], trajectories: list) -> list:
-        return [fn(t.response_text, it["label"], num_hops=it.get("num_hops"), require_question=require_question)
+        return [with_hop_credit(fn(t.response_text, it["label"], num_hops=it.get("num_hops"),
+                                   require_question=require_question),
+                                t.response_text, answers.get(it.get("id"), []), hop_reward)
                 for it, t in zip(items, trajectories)]
 
     return score
+
+
+def hop_answers_of(claims: pa.Table) -> dict[str, list[str]]:
+    """Each claim's gold hop answers (bridges, then the chain's end) by id; none for claims without
+    hops (real claim sets)."""
+    if "hops" not in claims.column_names:
+        return {}
+    return {cid: [h["answer"] for h in hops or [] if h.get("answer")]
+            for cid, hops in zip(claims.column("id").to_pylist(), claims.column("hops").to_pylist())}
 
 
 def search_agent_tool(search_llm, retriever_tool: RetrieverTool, params: RolloutParams) -> SearchAgentTool:

@@ -181,6 +181,9 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         tool_config |= {"model": served_name(search_model), "base_url": endpoint,
                         "rollout": _rollout_fields(haris_rounds.served_search_params(cfg))}
         rollout = _rollout_fields(haris_rounds.reasoning_rollout_params(cfg))
+        if cfg.hop_reward:  # compute_score sees one row's label, not the claim's gold chain
+            raise ValueError(f"hop_reward ({cfg.hop_reward}) is not available on train.backend verl: verl's reward "
+                             "hook gets no gold hop answers; set train.reasoning.hop_reward 0 or use the local backend")
         reward_kwargs = {"require_question": cfg.require_question}
     init_model = str(models_dir / f"{spec.name}_{rnd.prev}")
     p = VerlPlan(

@@ -80,6 +80,29 @@ def reasoning_reward(response: str, label: str, *, num_hops: int | None = None,
     return RewardResult(score=score, parts=parts, format_valid=valid)
 
 
+def hops_found(response: str, hop_answers: Sequence[str]) -> float:
+    """The share of a claim's gold hop answers (the bridges and the end of its chain) that the
+    results injected into ``response`` name: how far along the chain the agent's questions got."""
+    from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN
+
+    if not hop_answers:
+        return 0.0
+    results = " ".join(chunk.split(RESULT_CLOSE, 1)[0] for chunk in response.split(RESULT_OPEN)[1:])
+    return sum(answer.lower() in results.lower() for answer in hop_answers) / len(hop_answers)
+
+
+def with_hop_credit(result: RewardResult, response: str, hop_answers: Sequence[str], weight: float) -> RewardResult:
+    """Per-hop shaping (StepSearch-style dense credit for search, not in HARIS; off at weight 0):
+    a valid-format response earns ``weight`` x :func:`hops_found` on top of its outcome reward, so
+    a group whose verdicts all agree still ranks the rollouts that found more of the chain. An
+    invalid format earns nothing, as before."""
+    if weight <= 0 or not result.format_valid:
+        return result
+    found = hops_found(response, hop_answers)
+    return RewardResult(score=result.score + weight * found, parts=result.parts | {"hops_found": found},
+                        format_valid=True)
+
+
 @register("haris_search")
 def search_rewards(
     responses: Sequence[str], questions: Sequence[str], answers: Sequence[str], judge: JudgeLike
