@@ -230,7 +230,7 @@ def check_python(argv: tuple[str, ...], monkeypatch) -> None:
         if args and "ArgumentParser(" in path.read_text(encoding="utf-8"):
             parse_with_main(module, args, monkeypatch)
         elif args:
-            assert len(args) <= main_arity(path), f"python -m {module}: main takes fewer arguments than {args}"
+            assert len(args) <= main_arity(path), f"python -m {module}: main takes fewer than {args}"
         return
     if importlib.util.find_spec(module.split(".")[0]) is None:
         pytest.skip(f"python -m {module}: {module.split('.')[0]} is not installed here")
@@ -301,6 +301,7 @@ def test_profiles_and_dry_runs_run(page, block, tmp_path):
     """The block's `factrl profile` and `factrl train --dry-run` commands, in order, in a sandbox
     holding params.yaml and profiles/ (and the block's own `cp` / `mkdir`): the verl dry-run the
     README shows prints verl's command and composed config."""
+    from factrl.config import load_section
     from factrl.profiles import apply_profile
 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
@@ -326,9 +327,13 @@ def test_profiles_and_dry_runs_run(page, block, tmp_path):
             proc = subprocess.run([sys.executable, "-m", "factrl.cli", *factrl_args(cmd.argv)], cwd=tmp_path,
                                   env=env, capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, f"{cmd.id}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-            backend = argv[argv.index("--backend") + 1] if "--backend" in argv else None
-            if backend == "verl" or "-m verl.trainer.main_ppo" in proc.stdout:
-                assert "-m verl.trainer.main_ppo" in proc.stdout and "# verl's ppo_trainer config" in proc.stdout
+            args = factrl_args(cmd.argv)
+            params = args[args.index("--params") + 1] if "--params" in args else "params.yaml"
+            backend = (args[args.index("--backend") + 1] if "--backend" in args
+                       else load_section("train", sandbox_path(tmp_path, params)).backend)
+            if backend == "verl":  # the servers, the main_ppo command, then verl's composed config
+                assert "-m verl.trainer.main_ppo" in proc.stdout, proc.stdout[:2000]
+                assert "# verl's ppo_trainer config with these overrides:" in proc.stdout
             ran += 1
     assert ran
 
