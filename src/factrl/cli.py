@@ -33,7 +33,7 @@ COMMANDS: dict[str, Command] = {
     "traces": Command("factrl.eval.traces", "a static HTML page to browse rollouts: ROLLOUTS.parquet -o traces.html"),
     "evaluate": Command("factrl.eval.runner", "evaluate systems on any claim file: --claims --passages --out"),
     "verify": Command("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
-    "profile": Command("factrl.profiles", "merge profiles/<name>.yaml (tiny, long, paper) into params.yaml"),
+    "profile": Command("factrl.profiles", "merge profiles/<name>.yaml (tiny, long, hard, paper) into params.yaml"),
     "eval-table": Command("factrl.eval.report", "print the per-hop accuracy table of metrics/eval.json (--dataset demo)"),
     "train-summary": Command("factrl.rl.curves", "how each curve in metrics/train moved (--block N: block means)"),
     "train": Command("factrl.recipes.train_cli", "run (or --dry-run: print) one training stage on the local or verl backend"),

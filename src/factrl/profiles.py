@@ -86,7 +86,7 @@ def write_params(data: dict[str, Any], params_file: str | Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="factrl profile", description="apply a profile of params overrides")
-    ap.add_argument("profile", help="a name in profiles/ (tiny, long, paper) or a YAML path")
+    ap.add_argument("profile", help="a name in profiles/ (tiny, long, hard, paper) or a YAML path")
     ap.add_argument("--params", default=PARAMS_FILE)
     args = ap.parse_args(argv)
     apply_profile(args.profile, args.params)
