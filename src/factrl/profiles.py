@@ -2,6 +2,7 @@
 
     factrl profile tiny        # CI: the whole pipeline in a few minutes
     factrl profile long        # make demo-long: more rounds of learning (at most ~3 hours on 2 cores)
+    factrl profile hard        # the hard demo world: namesakes, wordings, near misses (issue 38)
     factrl profile paper       # the HARIS paper's settings (GPU scale)
 
 A profile is a partial params file: mappings merge key by key, anything else (lists, scalars)
