@@ -880,7 +880,7 @@ class EvaluateParams:
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
     real_sets: tuple[EvalSetParams, ...] = ()
     real: bool = False
-    per_hop: int = 4
+    per_hop: int = 60
     seed: int = 0
     systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (
         "haris", "single_agent", "rag", "decompose_verify")
@@ -892,8 +892,8 @@ class EvaluateParams:
     base_model: str = "base"
     retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
     top_k: int = 3
-    max_new_tokens: int = 48
-    max_turns: int = 1
+    max_new_tokens: int = 64
+    max_turns: int = 5
     batch_size: int = 256
     n_boot: int = 1000
     trace_claims: int = 4

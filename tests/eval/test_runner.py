@@ -323,3 +323,16 @@ def test_paired_gains_per_hop_and_pooled():
     assert set(cells) == {"pooled", "2hop", "3hop"}
     assert cells["pooled"]["mean"] == pytest.approx(0.5) and cells["pooled"]["n"] == 12
     assert cells["2hop"]["n"] == 6 and cells["pooled"]["ci95"][0] > 0
+
+
+def test_cli_defaults_equal_the_stage_params():
+    """`factrl evaluate` on a claim file scores it as stage evaluate scores the demo (params.yaml)."""
+    from pathlib import Path
+
+    from factrl.config import load_section
+    from factrl.eval.runner import cli_parser
+
+    stage = load_section("evaluate", Path(__file__).resolve().parents[2] / "params.yaml")
+    args = cli_parser().parse_args(["--claims", "c.jsonl", "--passages", "p.jsonl", "--out", "o"])
+    for key in ("per_hop", "seed", "top_k", "max_new_tokens", "max_turns", "batch_size", "n_boot", "trace_claims"):
+        assert getattr(args, key) == getattr(stage, key), key

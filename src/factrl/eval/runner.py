@@ -511,8 +511,8 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
 # --------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | None = None) -> int:
-    """``factrl evaluate``: the evaluation on any claim file in the shared-data format."""
+def cli_parser() -> argparse.ArgumentParser:
+    """``factrl evaluate``'s arguments."""
     parser = argparse.ArgumentParser(
         prog="factrl evaluate",
         description="Evaluate fact-checking systems on a claim file: the passages are indexed first "
@@ -527,14 +527,21 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
                         help="a HARIS (reasoning, search) model pair: directories, embedded names or LLM specs "
                              "(openai:MODEL@URL); repeatable (default: --base-model for both)")
     parser.add_argument("--base-model", default="smollm2-135m", help="model of the baselines (default smollm2-135m)")
-    parser.add_argument("--per-hop", type=int, default=20, help="claims per hop, labels balanced (0 = all; default 20)")
-    parser.add_argument("--seed", type=int, default=0)
+    # the shared options default to the stage's params (config.EvaluateParams), so a claim file is
+    # scored as `evaluate` scores the demo; a test compares them
+    parser.add_argument("--per-hop", type=int, default=EvaluateParams.per_hop,
+                        help=f"claims per hop, labels balanced (0 = all; default {EvaluateParams.per_hop})")
+    parser.add_argument("--seed", type=int, default=EvaluateParams.seed)
     parser.add_argument("--embedder", default="none", choices=("none", "minilm", "e5-nano", "e5-hub"),
                         help="dense embedder for the index; 'none' (default) builds BM25 only, the fast choice; "
                              "with an embedder, searches are hybrid (BM25 + dense, RRF)")
-    parser.add_argument("--top-k", type=int, default=3, help="passages per search (default 3, as HARIS)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per agent turn (default 64)")
-    parser.add_argument("--max-turns", type=int, default=2, help="questions / searches per rollout (default 2)")
+    parser.add_argument("--top-k", type=int, default=EvaluateParams.top_k,
+                        help=f"passages per search (default {EvaluateParams.top_k}, as HARIS)")
+    parser.add_argument("--max-new-tokens", type=int, default=EvaluateParams.max_new_tokens,
+                        help=f"tokens per agent turn (default {EvaluateParams.max_new_tokens})")
+    parser.add_argument("--max-turns", type=int, default=EvaluateParams.max_turns,
+                        help=f"questions / searches per rollout (default {EvaluateParams.max_turns}: a 4-hop claim "
+                             "takes 4, and one spare)")
     parser.add_argument("--batch-size", type=int, default=EvaluateParams.batch_size,
                         help="claims per batched system call (see config.EvaluateParams)")
     parser.add_argument("--device", default="auto", help="where the models run: auto (CUDA when visible, else CPU), "
@@ -545,7 +552,12 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
                         help="claims per system on the trace page")
     parser.add_argument("--name", default=None, help="dataset name in the report (default: the claim file's stem)")
     add_endpoint_args(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | None = None) -> int:
+    """``factrl evaluate``: the evaluation on any claim file in the shared-data format."""
+    args = cli_parser().parse_args(argv)
 
     from factrl.data.sources import read_claims, read_passages
     from factrl.data.schemas import PASSAGES
