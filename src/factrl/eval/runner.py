@@ -324,6 +324,12 @@ class EvalResult:
     seconds: dict[str, float]
 
 
+# one row per (dataset, system, claim): what `evaluate` writes to metrics/predictions.parquet
+PREDICTIONS = pa.schema([("dataset", pa.string()), ("system", pa.string()), ("claim_id", pa.string()),
+                         ("num_hops", pa.int64()), ("label", pa.string()), ("verdict", pa.string()),
+                         ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_())])
+
+
 def run_system(system: System, claims: list[str], retriever, batch_size: int) -> list[ClaimRun]:
     """``system`` over ``claims`` in batches of ``batch_size`` (one batched rollout each)."""
     out: list[ClaimRun] = []
@@ -483,10 +489,10 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
     written = {}
     write_json(nested_metrics(result.rows), metrics_path)
     written["metrics"] = metrics_path
-    if predictions_path is not None and result.predictions:
+    if predictions_path is not None:  # written even when empty: the stage's DVC output must exist
         from factrl.io import write_parquet
 
-        write_parquet(pa.Table.from_pylist(result.predictions), predictions_path)
+        write_parquet(pa.Table.from_pylist(result.predictions, schema=PREDICTIONS), predictions_path)
         written["predictions"] = predictions_path
     if gains_path is not None:
         write_json(gains, gains_path)
