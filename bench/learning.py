@@ -159,25 +159,31 @@ def clone(work: Path, name: str, params: dict, start_from: Path | None = None) -
     return repo
 
 
-def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
-    """Claims of a world generated with another seed (the same size and hops), and its index: built
-    by stage ``index``'s code with the pipeline's ``index`` params, so the unseen world is searched
-    exactly as the training world's ``index/`` is (``evaluate.retrieval_mode``, hybrid in the demo)."""
+def side_world(work: Path, params: dict, name: str, world: WorldParams) -> tuple[Path, Path]:
+    """Claims of another world (``world``) and its index in ``work/name``: built by stage ``index``'s
+    code with the pipeline's ``index`` params, so it is searched exactly as the training world's
+    ``index/`` is (``evaluate.retrieval_mode``, hybrid in the demo). Kept and reused when present."""
     from factrl.data.world import write_world
     from stages import index as index_stage
 
-    world = params["prepare"]["world"]
-    out = work / f"unseen_world_s{UNSEEN_WORLD_SEED}"
+    out = work / name
     claims, passages, index_dir = out / "claims.parquet", out / "passages.parquet", out / "index"
     if not claims.exists():
         out.mkdir(parents=True, exist_ok=True)
-        world_params = WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
-                                   num_claims=world["num_claims"], hops=tuple(world["hops"]))
-        write_world(world_params, passages, claims)
+        write_world(world, passages, claims)
     if not (index_dir / "manifest.json").exists():  # build_index resumes a killed build
         write_params({"index": params["index"]}, out / "params.yaml")
         index_stage.main(str(out / "params.yaml"), passages=passages, out=index_dir)
     return claims, index_dir
+
+
+def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
+    """Claims of a world generated with another seed (the same size and hops), and its index
+    (:func:`side_world`)."""
+    world = params["prepare"]["world"]
+    return side_world(work, params, f"unseen_world_s{UNSEEN_WORLD_SEED}",
+                      WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
+                                  num_claims=world["num_claims"], hops=tuple(world["hops"])))
 
 
 def evaluate_into(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path,

@@ -53,18 +53,8 @@ UNSEEN_WORLD_SEED = learning.UNSEEN_WORLD_SEED
 
 
 def side_world(work: Path, params: dict, name: str, world: WorldParams) -> dict:
-    """An eval set of another world (its claims and its own index, built by stage index's code)."""
-    from factrl.data.world import write_world
-    from stages import index as index_stage
-
-    out = work / name
-    claims, passages, index_dir = out / "claims.parquet", out / "passages.parquet", out / "index"
-    if not claims.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        write_world(world, passages, claims)
-    if not (index_dir / "manifest.json").exists():
-        write_params({"index": params["index"]}, out / "params.yaml")
-        index_stage.main(str(out / "params.yaml"), passages=passages, out=index_dir)
+    """An eval set of another world: its claims and its own index (``learning.side_world``)."""
+    claims, index_dir = learning.side_world(work, params, name, world)
     return {"name": name, "path": str(claims), "index": str(index_dir)}
 
 

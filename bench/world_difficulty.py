@@ -54,12 +54,17 @@ def world_params(setting: str, hard: dict | None) -> WorldParams:
 
 def build(params: WorldParams, work: Path):
     """The world's training split and its hybrid index, as stages prepare and index make them."""
+    import pyarrow.parquet as pq
+
     from factrl.data.splits import stratified_split
-    from factrl.data.world import generate_claims, write_world
+    from factrl.data.world import write_world
     from factrl.retrieval.index import Retriever, build_index
 
     write_world(params, work / "passages.parquet", work / "claims.parquet")
-    train = stratified_split(generate_claims(params), (0.7, 0.1, 0.2), 7)["train"]
+    # the claims as written (not drawn again), split as params.yaml's prepare splits them
+    prepare = read_params(ROOT / "params.yaml")["prepare"]
+    train = stratified_split(pq.read_table(work / "claims.parquet"), tuple(prepare["split_fractions"]),
+                             prepare["seed"])["train"]
     build_index(work / "passages.parquet", work / "index", embedder="e5-nano")
     return train, Retriever(work / "index", mode="hybrid")
 

@@ -5,7 +5,6 @@ Outputs: data/claims/{train,dev,eval}.parquet and data/passages.parquet (CLAIMS 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -19,24 +18,24 @@ from factrl.data.splits import stratified_split
 from factrl.io import atomic_path, write_json, write_parquet
 
 OUT = Path("data")
-VARIANTS = "world_variants.json"  # a hard world's claim variants, in the work directory
 
 
-def load_source(params: PrepareParams, workdir: Path) -> tuple[pa.Table, pa.Table | None, Path | None]:
+def load_source(params: PrepareParams, workdir: Path) -> tuple[pa.Table, pa.Table | None, Path | None,
+                                                                list[dict] | None]:
     """Claims and passages from the configured source.
 
-    Returns ``(claims, passages, passages_file)``; the demo world streams its passages straight to
-    ``passages_file`` instead of holding them in memory (it scales to a million passages).
+    Returns ``(claims, passages, passages_file, variants)``; the demo world streams its passages
+    straight to ``passages_file`` instead of holding them in memory (it scales to a million
+    passages); ``variants``: a hard world's claim variants (``factrl.data.world``), else None.
     """
     if params.source == "world":
         from factrl.data import world
 
-        (workdir / VARIANTS).unlink(missing_ok=True)  # a killed earlier run's
         passages_file = workdir / "world_passages.parquet"
         claims_file = workdir / "world_claims.parquet"
-        world.write_world(params.world, passages_file, claims_file, workdir / VARIANTS)
+        written = world.write_world(params.world, passages_file, claims_file)
         claims = validate(pq.read_table(claims_file), CLAIMS, str(claims_file))
-        return claims, None, passages_file
+        return claims, None, passages_file, written["variants"]
     if params.source == "files":
         if not params.files.claims:
             raise ValueError("prepare.files.claims is empty: name at least one claim file")
@@ -46,11 +45,11 @@ def load_source(params: PrepareParams, workdir: Path) -> tuple[pa.Table, pa.Tabl
             if params.files.passages
             else PASSAGES.empty_table()
         )
-        return claims, passages, None
+        return claims, passages, None, None
     claims = pa.concat_tables(
         [sources.load_hub_claims(name, params.hub.split, params.hub.limit) for name in params.hub.datasets]
     )
-    return claims, PASSAGES.empty_table(), None
+    return claims, PASSAGES.empty_table(), None, None
 
 
 def prepare(claims: pa.Table, params: PrepareParams) -> dict[str, pa.Table]:
@@ -73,9 +72,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
     work = out / ".prepare-work"
     work.mkdir(exist_ok=True)
     # Read and validate everything before writing anything, so bad input leaves no output.
-    claims, passages, passages_file = load_source(params, work)
+    claims, passages, passages_file, variants = load_source(params, work)
     splits = prepare(claims, params)
-    variants = json.loads((work / VARIANTS).read_text(encoding="utf-8")) if (work / VARIANTS).exists() else None
     # warm.parquet: what the warm start reads (all of train, or a hard world's clean claims);
     # heldout_wording.parquet: a hard world's eval claims in a wording no training claim uses
     from factrl.data.world import variant_sets

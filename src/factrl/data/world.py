@@ -248,7 +248,11 @@ def build_world(params: WorldParams) -> World:
 # --- the hard world: namesakes, wordings, cross mentions ----------------------------------------
 
 _WORK_NOUN = {"film": "film", "album": "album", "game": "video game", "company": "company"}
-_UNDECORATED = ("film", "city", "country")  # types whose title is the bare word
+
+
+def _kind_noun(type_name: str) -> str:
+    """What a type is called in a qualifier or a claim: ``video game`` for a game, else the type."""
+    return _WORK_NOUN.get(type_name, type_name)
 
 
 def _base_word(name: str, type_name: str) -> str:
@@ -279,7 +283,7 @@ def _qualifier(world: World, i: int, same_type: bool) -> str:
     occupation (people) or country (cities)."""
     t = world.type_of(i)
     if not same_type:
-        return t if t != "game" else "video game"
+        return _kind_noun(t)
     if t == "person":
         return _occupation_noun(world, i)
     if t == "city":
@@ -430,7 +434,7 @@ def _hard_passage_texts(world: World, rows: np.ndarray, type_name: str, main: pa
     with Kavelo (2001 film), which was directed by Mira Sol.") and a cross mention of another
     entity's fact where drawn, then the extra numeric sentence where flagged."""
     texts = []
-    for k, (i, text, more) in enumerate(zip(rows.tolist(), main.to_pylist(), extra.to_pylist())):
+    for i, text, more in zip(rows.tolist(), main.to_pylist(), extra.to_pylist()):
         w = int(world.wording[i])
         if w:
             fields = {"n": world.name(i), "year": int(world.numbers["year"][i]),
@@ -595,7 +599,7 @@ def mention(world: World, i: int) -> str:
         return f"the {_TYPE_NOUN[t]} {world.name(i)}"
     base = world.base_names[i]
     if world.type_of(int(world.twin[i])) != t:
-        return f"the {_TYPE_NOUN[t] if t != 'game' else 'video game'} {base}"
+        return f"the {_kind_noun(t)} {base}"
     if t == "person":
         return f"the {_occupation_noun(world, i)} {base}"
     if t == "city":
@@ -697,13 +701,13 @@ def _claim_row(rng, world: World, hops: int, label: str, hard_rng=None) -> dict 
         end = chain[-1]
     else:
         end = _near_miss_end(rng, world, chain, path) if near else None
-        near = end is not None
-        end = end if near else _refute_end(rng, world, chain, path)
+        near = end is not None  # a chain with no near miss at hand is refuted the usual way
+        if end is None:
+            end = _refute_end(rng, world, chain, path)
     if end is None:
         return None
     text = render_claim(world, start, path, world.name(end), wording)
     # Names are built so one never contains another, but guard anyway: a named bridge leaks a hop.
-    # (Namesakes share a base word, so the hard world checks titles only where they are unique.)
     if any(world.name(b) in text for b in chain[1:-1]) or (label == "REFUTES" and world.name(chain[-1]) in text):
         return None
     gold = world.name(chain[-1])
@@ -727,7 +731,7 @@ def _claim_row(rng, world: World, hops: int, label: str, hard_rng=None) -> dict 
     if hard_rng is not None:
         row["_variant"] = {
             "wording": wording, "near_miss": near,
-            "start_namesake": world.is_qualified(start) or bool(world.twin[start] >= 0),
+            "start_namesake": bool(world.twin[start] >= 0),  # qualified titles come in namesake pairs
             "chain_namesakes": int(sum(world.twin[e] >= 0 for e in chain)),
             "heldout_wording": heldout,
             "heldout_claim": None if heldout is None else render_claim(world, start, path, world.name(end), heldout),
@@ -833,10 +837,10 @@ def variant_sets(splits: dict[str, pa.Table], variants: list[dict] | None) -> di
     return sets
 
 
-def write_world(params: WorldParams, passages_path: str | Path, claims_path: str | Path,
-                variants_path: str | Path | None = None) -> dict:
-    """Write passages (streamed) and claims as Parquet, each atomically, and a hard world's claim
-    variants as JSON to ``variants_path`` (see :func:`generate_claims_with_variants`); return counts."""
+def write_world(params: WorldParams, passages_path: str | Path, claims_path: str | Path) -> dict:
+    """Write passages (streamed) and claims as Parquet, each atomically; return counts and, under
+    ``variants``, a hard world's claim variants (None for the clean world; see
+    :func:`generate_claims_with_variants`)."""
     num_passages = 0
     with atomic_path(passages_path) as tmp:
         with pq.ParquetWriter(tmp, PASSAGES, compression="zstd") as writer:
@@ -846,10 +850,6 @@ def write_world(params: WorldParams, passages_path: str | Path, claims_path: str
     claims, variants = generate_claims_with_variants(params)
     with atomic_path(claims_path) as tmp:
         pq.write_table(claims, tmp, compression="zstd")
-    if variants_path is not None and variants is not None:
-        from factrl.io import write_json
-
-        write_json(variants, variants_path)
     labels = claims.column("label").to_pylist()
     hops = claims.column("num_hops").to_pylist()
     return {
@@ -859,4 +859,5 @@ def write_world(params: WorldParams, passages_path: str | Path, claims_path: str
         "hops": {str(h): hops.count(h) for h in sorted(set(hops))},
         "passages_path": os.fspath(passages_path),
         "claims_path": os.fspath(claims_path),
+        "variants": variants,
     }

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factrl.data.world import RELATION, RELATIONS
-from factrl.data.world_wordings import question_wordings
+from factrl.data.world import RELATION, RELATIONS, parse_hop_question
 
 MODEL_NAME = "world-chain"
 
@@ -59,13 +58,6 @@ def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
 
 
-def _template(question: str) -> re.Pattern:
-    before, after = question.split("{x}")
-    return re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
-
-
-# every wording's sub-question of every relation (factrl.data.world_wordings)
-_TEMPLATES = [(rel.name, _template(q)) for rel in RELATIONS for q in question_wordings(rel)]
 _QUALIFIER = re.compile(r" \([^()]*\)$")  # a namesake's title: "Kavelo (1994 film)"
 _CUES = {rel.name: re.compile(r"\b(" + "|".join(re.escape(c) for c in rel.cues) + ")") for rel in RELATIONS}
 
@@ -76,13 +68,10 @@ def chain_facts(hops: Sequence[Mapping[str, Any]] | None) -> list[Fact]:
     facts = []
     for k, hop in enumerate(hops or ()):
         question, answer = (hop.get("question") or "").strip(), hop.get("answer")
-        for name, pattern in _TEMPLATES:
-            m = pattern.match(question)
-            if m:
-                facts.append(Fact(m.group(1), name, answer))
-                break
-        else:
+        parsed = parse_hop_question(question)  # any wording's template (factrl.data.world_wordings)
+        if parsed is None:
             raise ValueError(f"hop {k}: question {question!r} is not a demo-world sub-question")
+        facts.append(Fact(parsed[1], parsed[0].name, answer))
     return facts
 
 
