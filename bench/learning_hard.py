@@ -7,14 +7,16 @@ warm start never saw and paired over the same claims:
 
 * the eval split of the hard world (``evaluate.per_hop`` claims per hop, 90 in the profile) for HARIS
   at ``base`` / ``warm`` / ``last`` and RAG; base and RAG once (they do not depend on the seed);
-* the same eval claims in the held-out wording (``data/claims/heldout_wording.parquet``);
+* the same eval claims in the held-out wording (``data/claims/heldout_wording.parquet``), and the
+  claims along the held-out relation combination (``data/claims/heldout_combination.parquet``) when
+  the world holds one out;
 * an unseen world (another seed, the same knobs, its own index) and the clean world (the demo's seed
   with every knob off, its own index: the regression check), trained pair only.
 
 Keys: ``accuracy[system][hop] = {mean, spread, ci95}`` for ``haris_base``, ``haris_warm``,
 ``haris_trained``, ``rag`` and hops ``2hop`` .. ``4hop`` and ``pooled``; ``gain = {mean, ci95}``:
 trained minus warm pooled over hops and seeds, a paired bootstrap over the same (seed, claim) pairs;
-``heldout_wording[hop]``, ``unseen_world[hop]``, ``clean_world[hop]`` (trained); ``uniform_group_rate``
+``heldout_wording[hop]``, ``unseen_world[hop]``, ``clean_world[hop]``, ``heldout_combination[hop]`` (trained); ``uniform_group_rate``
 (the reasoning rounds' mean share of all-equal groups); ``retrieval_hit_at_k`` (the natural first
 query per hop position, bench/world_difficulty.py's figures on the run's world); ``ablations[name][hop]``;
 ``goals`` (the issue's bars); ``commit``.
@@ -84,6 +86,8 @@ def one_run(work: Path, name: str, params: dict, side: list[dict], log: Path, *,
         section = {"systems": ["haris"], "checkpoints": [rows["haris_trained"]], "sets": sets}
     else:
         sets.append({"name": "heldout_wording", "path": "data/claims/heldout_wording.parquet"})
+        if params["prepare"]["world"].get("difficulty", {}).get("heldout_combination"):
+            sets.append({"name": "heldout_combination", "path": "data/claims/heldout_combination.parquet"})
         checkpoints = [rows["haris_base"], rows["haris_warm"], rows["haris_trained"]] if first \
             else [rows["haris_warm"], rows["haris_trained"]]
         section = {"systems": ["haris", "rag"] if first else ["haris"], "checkpoints": checkpoints, "sets": sets}
@@ -140,7 +144,7 @@ def report(main_runs: list[dict], ablations: dict[str, dict]) -> dict:
     result = {
         "accuracy": accuracy, "gain": gain,
         "heldout_wording": trained_on("heldout_wording"), "unseen_world": trained_on("unseen_world"),
-        "clean_world": trained_on("clean_world"),
+        "clean_world": trained_on("clean_world"), "heldout_combination": trained_on("heldout_combination"),
         "uniform_group_rate": sum(rates) / len(rates) if rates else None,
         "ablations": {name: {hop: c["mean"] for hop, c in accuracy_cells(
             [_right(r["predictions"], "demo", trained)]).items()} for name, r in ablations.items()},

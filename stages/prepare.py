@@ -75,7 +75,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
     claims, passages, passages_file, variants = load_source(params, work)
     splits = prepare(claims, params)
     # warm.parquet: what the warm start reads (all of train, or a hard world's clean claims);
-    # heldout_wording.parquet: a hard world's eval claims in a wording no training claim uses
+    # heldout_wording.parquet: a hard world's eval claims in a wording no training claim uses;
+    # heldout_combination.parquet: its claims along a pair of relations no training claim chains
     from factrl.data.world import variant_sets
 
     sets = splits | variant_sets(splits, variants)

@@ -61,6 +61,11 @@ class WorldDifficulty:
         passages name (a true fact one hop off); the rest swap a link for a random same-type entity.
     cross_mentions: share of passages that also state a fact of another entity of their own type
         ("Like Kavelo (film), which Mira Sol directed, ...").
+    heldout_combination: two relations, ``"first>second"`` (``factrl.data.world.RELATIONS``), whose
+        combination no training claim uses: every claim whose chain follows ``first`` then ``second``
+        leaves train, dev and eval for ``data/claims/heldout_combination.parquet``. Each relation
+        still occurs in other chains, so the set asks whether the agents compose known hops in a new
+        order. "" = none.
     """
 
     homonyms: float = 0.0
@@ -68,6 +73,7 @@ class WorldDifficulty:
     heldout_wordings: int = 0
     near_miss: float = 0.0
     cross_mentions: float = 0.0
+    heldout_combination: str = ""
 
     def __post_init__(self) -> None:
         for key in ("homonyms", "near_miss", "cross_mentions"):
@@ -77,6 +83,14 @@ class WorldDifficulty:
             raise ValueError(f"world.difficulty.wordings must be 1..3, got {self.wordings}")
         if not 0 <= self.heldout_wordings < self.wordings:
             raise ValueError(f"world.difficulty.heldout_wordings must be in [0, wordings), got {self.heldout_wordings}")
+        if self.heldout_combination and len(self.heldout_pair) != 2:
+            raise ValueError("world.difficulty.heldout_combination must be two relations as 'first>second', "
+                             f"got {self.heldout_combination!r}")
+
+    @property
+    def heldout_pair(self) -> tuple[str, ...]:
+        """``heldout_combination`` as ``(first, second)``; () when none."""
+        return tuple(r.strip() for r in self.heldout_combination.split(">")) if self.heldout_combination else ()
 
     @property
     def clean(self) -> bool:

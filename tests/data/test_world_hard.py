@@ -138,6 +138,33 @@ def test_wordings_of_the_warm_start_and_the_heldout_set_are_disjoint(generated):
         assert [h["answer"] for h in claim["hops"]] == [h["answer"] for h in original["hops"]]
 
 
+def test_a_heldout_relation_combination_leaves_every_training_split():
+    small = dataclasses.replace(PARAMS, num_passages=800, num_claims=150,
+                                difficulty=dataclasses.replace(HARD, heldout_combination="produced_by>founded_by"))
+    claims, variants = w.generate_claims_with_variants(small)
+    # the claims themselves are those of the same world without the held-out pair: only the split moves
+    same, _ = w.generate_claims_with_variants(dataclasses.replace(small, difficulty=HARD))
+    assert claims.equals(same)
+    splits = stratified_split(claims, (0.7, 0.1, 0.2), 7)
+    sets = w.variant_sets(splits, variants)
+    held = sets["heldout_combination"].to_pylist()
+    assert {c["num_hops"] for c in held} == {2, 3, 4}  # the pair occurs in chains of every length
+
+    def relations(claim):  # the chain's relations, read back from its sub-questions
+        return tuple(w.parse_hop_question(h["question"])[0].name for h in claim["hops"])
+
+    def follows(claim):
+        rels = relations(claim)
+        return ("produced_by", "founded_by") in set(zip(rels, rels[1:]))
+
+    assert all(follows(c) for c in held)
+    kept = [c for name in ("train", "dev", "eval", "warm", "heldout_wording") for c in sets[name].to_pylist()]
+    assert kept and not any(follows(c) for c in kept)
+    seen = {r for c in sets["train"].to_pylist() for r in relations(c)}
+    assert {"produced_by", "founded_by"} <= seen  # each relation is still trained, only not in this order
+    assert sum(sets[n].num_rows for n in ("train", "dev", "eval", "heldout_combination")) == claims.num_rows
+
+
 def test_the_world_teacher_answers_every_wording_and_a_namesake_by_its_bare_name(generated):
     claims, _ = generated
     answered = 0
@@ -160,6 +187,12 @@ def test_knobs_are_validated():
         WorldDifficulty(wordings=2, heldout_wordings=2)
     with pytest.raises(ValueError, match="wordings"):
         WorldDifficulty(wordings=4)
+    with pytest.raises(ValueError, match="first>second"):
+        WorldDifficulty(heldout_combination="produced_by")
+    small = dataclasses.replace(PARAMS, num_passages=400, num_claims=12)
+    for pair, message in (("produced_by>filmed_in", "unknown relation"), ("born_in>founded_by", "no chain follows")):
+        with pytest.raises(ValueError, match=message):
+            w.generate_claims(dataclasses.replace(small, difficulty=WorldDifficulty(heldout_combination=pair)))
 
 
 def test_same_knobs_same_world_other_knobs_other_world(tmp_path):

@@ -61,12 +61,16 @@ def test_same_seed_same_split(tmp_path, monkeypatch, shared_data):
         assert (a / "claims" / f"{name}.parquet").read_bytes() == (b / "claims" / f"{name}.parquet").read_bytes()
 
 
-def test_a_hard_world_adds_the_warm_and_heldout_wording_sets(tmp_path, monkeypatch):
-    difficulty = {"homonyms": 0.3, "wordings": 3, "heldout_wordings": 1, "near_miss": 0.5, "cross_mentions": 0.3}
+def test_a_hard_world_adds_the_warm_and_heldout_sets(tmp_path, monkeypatch):
+    difficulty = {"homonyms": 0.3, "wordings": 3, "heldout_wordings": 1, "near_miss": 0.5, "cross_mentions": 0.3,
+                  "heldout_combination": "produced_by>founded_by"}
     out = run_prepare(tmp_path, monkeypatch, {"source": "world", "world": {
         "seed": 5, "num_passages": 600, "num_claims": 120, "hops": [2, 3], "difficulty": difficulty}})
     sets = {p.stem: pq.read_table(p) for p in (out / "claims").glob("*.parquet")}
-    assert set(sets) == {"train", "dev", "eval", "warm", "heldout_wording"}
+    assert set(sets) == {"train", "dev", "eval", "warm", "heldout_wording", "heldout_combination"}
+    held = set(sets["heldout_combination"].column("id").to_pylist())
+    assert held and sum(sets[n].num_rows for n in ("train", "dev", "eval")) + len(held) == 120
+    assert not held & {i for n in ("train", "dev", "eval") for i in sets[n].column("id").to_pylist()}
     warm_ids = set(sets["warm"].column("id").to_pylist())
     assert warm_ids < set(sets["train"].column("id").to_pylist())  # a clean part of train, not all of it
     assert sets["heldout_wording"].column("id").to_pylist() == sets["eval"].column("id").to_pylist()

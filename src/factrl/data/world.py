@@ -736,8 +736,28 @@ def _claim_row(rng, world: World, hops: int, label: str, hard_rng=None) -> dict 
             "heldout_wording": heldout,
             "heldout_claim": None if heldout is None else render_claim(world, start, path, world.name(end), heldout),
             "heldout_hops": None if heldout is None else _hops(world, chain, path, heldout),
+            "heldout_combination": _follows(path, d.heldout_pair),
         }
     return row
+
+
+def _follows(path: tuple[str, ...], pair: tuple[str, ...]) -> bool:
+    """Whether ``path`` follows ``pair[0]`` with ``pair[1]`` (False for an empty pair)."""
+    return bool(pair) and any(step == pair for step in zip(path, path[1:]))
+
+
+def _check_heldout_pair(pair: tuple[str, ...]) -> None:
+    """A held-out combination must name two relations that chain (the first's object type is the
+    second's subject type), or no claim could follow it."""
+    if not pair:
+        return
+    unknown = [r for r in pair if r not in RELATION]
+    if unknown:
+        raise ValueError(f"prepare.world.difficulty.heldout_combination: unknown relation(s) {unknown}; "
+                         f"expected two of {[r.name for r in RELATIONS]}")
+    if RELATION[pair[0]].dst != RELATION[pair[1]].src:
+        raise ValueError(f"prepare.world.difficulty.heldout_combination: {pair[0]} ends at a "
+                         f"{RELATION[pair[0]].dst}, {pair[1]} starts from a {RELATION[pair[1]].src}: no chain follows both")
 
 
 def _plan(params: WorldParams) -> list[tuple[int, str]]:
@@ -761,9 +781,11 @@ def generate_claims_with_variants(params: WorldParams) -> tuple[pa.Table, list[d
     """:func:`generate_claims` and, for a hard world, each claim's variant (None for the clean
     world): ``id``, ``wording``, ``near_miss``, ``start_namesake`` (the claim names a namesake, told
     apart by year / occupation / country / type), ``chain_namesakes`` (how many of its chain's
-    entities have one), ``clean`` (wording 0, no namesake at the start, not a near miss: what the
-    warm start may see), and ``heldout_claim`` / ``heldout_hops``: the same claim in a held-out
-    wording (None without ``heldout_wordings``)."""
+    entities have one), ``heldout_combination`` (its chain follows the held-out pair of relations),
+    ``clean`` (wording 0, no namesake at the start, not a near miss, not held out: what the warm
+    start may see), and ``heldout_claim`` / ``heldout_hops``: the same claim in a held-out wording
+    (None without ``heldout_wordings``)."""
+    _check_heldout_pair(params.difficulty.heldout_pair)
     world = build_world(params)
     # A separate stream so the claim set does not shift when passage drawing changes.
     rng = np.random.default_rng([params.seed, 1])
@@ -787,7 +809,8 @@ def generate_claims_with_variants(params: WorldParams) -> tuple[pa.Table, list[d
         del row["_chain"]
         if variants is not None:
             v = row.pop("_variant")
-            v["clean"] = v["wording"] == 0 and not v["start_namesake"] and not v["near_miss"]
+            v["clean"] = (v["wording"] == 0 and not v["start_namesake"] and not v["near_miss"]
+                          and not v["heldout_combination"])
             variants.append({"id": row["id"], **v})
     return validate(pa.Table.from_pylist(rows), CLAIMS, "world claims"), variants
 
@@ -820,14 +843,24 @@ def variant_sets(splits: dict[str, pa.Table], variants: list[dict] | None) -> di
       namesake to tell apart at the start, no near-miss refutation); all of ``train`` for a clean
       world (``variants`` None), so the warm start reads one file whatever the world;
     * ``heldout_wording`` (hard worlds with held-out wordings): every eval claim, same id, facts,
-      passages and label, said in a wording no training claim uses.
+      passages and label, said in a wording no training claim uses;
+    * ``heldout_combination`` (hard worlds with ``heldout_combination``): every claim, of any split,
+      whose chain follows the held-out pair of relations; ``train``, ``dev`` and ``eval`` come back
+      without them (so they replace the splits given).
     """
     if variants is None:
         return {"warm": splits["train"]}
     by_id = {v["id"]: v for v in variants}
-    train = splits["train"]
-    clean = pa.array([by_id[i]["clean"] for i in train.column("id").to_pylist()], pa.bool_())
-    sets = {"warm": train.filter(clean)}
+
+    def where(table: pa.Table, key: str, value: bool = True) -> pa.Table:
+        return table.filter(pa.array([by_id[i][key] == value for i in table.column("id").to_pylist()], pa.bool_()))
+
+    sets: dict[str, pa.Table] = {}
+    if any(v["heldout_combination"] for v in variants):
+        sets["heldout_combination"] = pa.concat_tables([where(t, "heldout_combination") for t in splits.values()])
+        splits = {name: where(t, "heldout_combination", False) for name, t in splits.items()}
+        sets |= splits
+    sets["warm"] = where(splits["train"], "clean")
     if any(v["heldout_claim"] is not None for v in variants):
         rows = splits["eval"].to_pylist()
         for row in rows:
