@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from factrl.config import WorldDifficulty, WorldParams
@@ -202,3 +203,69 @@ def test_same_knobs_same_world_other_knobs_other_world(tmp_path):
     other = w.generate_claims(dataclasses.replace(small, difficulty=dataclasses.replace(HARD, homonyms=0.1)))
     assert not first.equals(other)
     assert np.array_equal(w.build_world(small).types, w.build_world(dataclasses.replace(small, difficulty=WorldDifficulty())).types)
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """(claims, BM25 retriever, world) of a hard world whose natural first queries are crowded out
+    for 40% of the facts, and (claims, passages) of the same world without that knob."""
+    from factrl.retrieval.index import Retriever, build_index
+
+    d = tmp_path_factory.mktemp("crowded")
+    params = dataclasses.replace(PARAMS, num_passages=600, num_claims=90,
+                                 difficulty=dataclasses.replace(HARD, query_miss=0.4))
+    w.write_world(params, d / "p.parquet", d / "c.parquet")
+    w.write_world(dataclasses.replace(params, difficulty=HARD), d / "p0.parquet", d / "c0.parquet")
+    build_index(d / "p.parquet", d / "index", embedder=None)
+    return (pq.read_table(d / "c.parquet").to_pylist(), Retriever(d / "index", mode="bm25"), w.build_world(params),
+            pq.read_table(d / "c0.parquet").to_pylist(), pq.read_table(d / "p0.parquet").to_pylist(),
+            pq.read_table(d / "p.parquet").to_pylist())
+
+
+def test_query_decoys_state_no_fact_and_change_nothing_else(crowded):
+    claims, _, world, claims0, passages0, passages = crowded
+    # the same claims, labels and chains; only passages gain decoy sentences
+    strip = [{k: v for k, v in c.items() if k != "evidence"} for c in claims]
+    assert strip == [{k: v for k, v in c.items() if k != "evidence"} for c in claims0]
+    grown = 0
+    decoy = r" Some sources discuss the (.+?) of (.+?) and what is known about that \1\."
+    for before, after in zip(passages0, passages):
+        assert re.sub(decoy, "", after["text"]) == before["text"]
+        extra = re.findall(decoy, after["text"])
+        grown += bool(extra)
+        for noun, title in extra:
+            assert title != after["title"]  # a decoy is about another entity
+            assert noun in {r.noun for r in w.RELATIONS}
+    assert grown > 0.3 * len(passages)
+    # the world teacher still answers every hop from the chain
+    for claim in claims:
+        for hop in claim["hops"]:
+            assert answer_from_chain(claim["hops"], hop["question"]) == hop["answer"]
+
+
+def test_query_decoys_make_the_natural_first_query_miss_and_the_title_alone_find_it(crowded):
+    from factrl.data.reference import _search_queries
+
+    claims, retriever, *_ = crowded
+    jobs = [(set(h["passage_ids"]), _search_queries(*w.parse_hop_question(h["question"])))
+            for c in claims for h in c["hops"]]
+    natural = retriever.search([q[0] for _, q in jobs], 3)
+    alone = retriever.search([q[1] for _, q in jobs], 3)
+    missed = [gold.isdisjoint(h.id for h in a) for (gold, _), a in zip(jobs, natural)]
+    recovered = [not gold.isdisjoint(h.id for h in b) for (gold, _), b, m in zip(jobs, alone, missed) if m]
+    assert 0.03 < sum(missed) / len(jobs) < 0.5  # sometimes, not always
+    assert sum(recovered) >= 0.8 * len(recovered)  # ... and a second search by the title finds it
+
+
+def test_search_references_requery_where_the_first_search_missed(crowded):
+    from factrl.agents.tools import RetrieverTool
+    from factrl.data.reference import world_references
+
+    claims, retriever, *_ = crowded
+    kept, _ = world_references(claims, RetrieverTool(retriever, k=3), max_searches=2)
+    searches = [r for r in kept if r["agent"] == "search"]
+    twice = [r for r in searches if sum(t["role"] == "env" for t in r["turns"]) == 2]
+    assert twice and len(twice) < len(searches)
+    for row in twice:
+        model = [t["text"] for t in row["turns"] if t["role"] == "model"]
+        assert "I will search again" in model[1]

@@ -150,6 +150,7 @@ class World:
     base_names: list[str] | None = None  # each entity's name without its qualifier
     wording: np.ndarray | None = None  # the wording of each passage (0 = the clean world's)
     cross: np.ndarray | None = None  # the other entity whose fact each passage also states (-1: none)
+    decoys: dict[int, list[str]] | None = None  # passage -> sentences crowding out another's query
 
     def __len__(self) -> int:
         return len(self.types)
@@ -292,7 +293,8 @@ def _qualifier(world: World, i: int, same_type: bool) -> str:
 
 
 def _harden(world: World, d: WorldDifficulty, seed: int) -> None:
-    """Give ``world`` namesakes, passage wordings and cross mentions, in place (see WorldDifficulty).
+    """Give ``world`` namesakes, passage wordings, cross mentions and query decoys, in place (see
+    WorldDifficulty).
 
     Namesakes come in pairs: within a type the second entity takes the first's whole name (their
     year, occupation or country is made to differ so the qualifier tells them apart); across types
@@ -355,6 +357,33 @@ def _harden(world: World, d: WorldDifficulty, seed: int) -> None:
         j = int(pool[int(others[i]) % len(pool)])
         cross[i] = j if j != i else -1
     world.cross = cross
+    world.decoys = _decoys(world, d.query_miss, seed)
+
+
+# How many passages crowd out one fact's natural query: the search agents read the top 3.
+DECOYS_PER_FACT = 5
+
+
+def _decoys(world: World, share: float, seed: int) -> dict[int, list[str]]:
+    """For ``share`` of the (entity, relation) facts, :data:`DECOYS_PER_FACT` other passages (not
+    the entity's nor its namesake's) each get a sentence naming the relation's noun and the entity's
+    title without stating the fact; a separate stream, so the rest of the world is the same with or
+    without them."""
+    decoys: dict[int, list[str]] = {}
+    if not share:
+        return decoys
+    rng = np.random.default_rng([seed, 6])
+    n = len(world)
+    for i in range(n):
+        for rel in RELATIONS:
+            if rel.src != world.type_of(i) or rng.random() >= share:
+                continue
+            hosts = [int(h) for h in rng.choice(n, size=DECOYS_PER_FACT + 2, replace=False)
+                     if h != i and h != world.twin[i]][:DECOYS_PER_FACT]
+            for h in hosts:
+                decoys.setdefault(h, []).append(
+                    f" Some sources discuss the {rel.noun} of {world.name(i)} and what is known about that {rel.noun}.")
+    return decoys
 
 
 # --- passages ---------------------------------------------------------------------------------
@@ -432,7 +461,8 @@ def _main_fact(world: World, i: int) -> str | None:
 def _hard_passage_texts(world: World, rows: np.ndarray, type_name: str, main: pa.Array, extra: pa.Array) -> pa.Array:
     """Passages of the hard world: each in its own wording, a namesake's line ("Not to be confused
     with Kavelo (2001 film), which was directed by Mira Sol.") and a cross mention of another
-    entity's fact where drawn, then the extra numeric sentence where flagged."""
+    entity's fact where drawn, the sentences crowding out other facts' queries it hosts, then the
+    extra numeric sentence where flagged."""
     texts = []
     for i, text, more in zip(rows.tolist(), main.to_pylist(), extra.to_pylist()):
         w = int(world.wording[i])
@@ -449,6 +479,7 @@ def _hard_passage_texts(world: World, rows: np.ndarray, type_name: str, main: pa
             fact = _main_fact(world, int(world.cross[i]))
             if fact:
                 text += f" See also {world.name(int(world.cross[i]))}, {fact}."
+        text += "".join(world.decoys.get(i, ()))
         texts.append(text + more if world.flags[i] else text)
     return pa.array(texts, pa.string())
 
