@@ -125,7 +125,7 @@ def synthesize_round(claims: pa.Table, rnd: RoundParams, params: SynthesizeParam
                      cache_path: Path, answer_fn=None, answer_type=None, p_hash: str | None = None
                      ) -> tuple[pa.Table, pa.Table, dict]:
     """Rollouts -> one question per claim -> teacher answers -> ``(qa, rejected, summary)``."""
-    from flows.synthesize import run_teacher
+    from factrl.orchestration.teacher import run_teacher
 
     records = claims.to_pylist()
     key = hashlib.sha256(json.dumps([agent_checkpoint, rnd.id, params.seed, params.rollout_temperature,

@@ -16,7 +16,7 @@ from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
 from factrl.recipes.haris_rounds import find_round
-from flows.synthesize import TeacherBatchError
+from factrl.orchestration.teacher import TeacherBatchError
 from stages import synthesize as stage
 from tests.prefect_harness import prefect_harness
 

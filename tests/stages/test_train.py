@@ -152,8 +152,8 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     written, checkpoints are dropped at the end; every question of the reasoning agent is answered
     by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
-    from stages.train_reason import train_reason
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_reason
+    from factrl.recipes.haris_train import train_search
 
     _learning_signal(monkeypatch)
     claims, _ = world
@@ -271,7 +271,7 @@ TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 def _tiny_run(out: Path, kill_after: int | None) -> haris_rounds.RunResult:
     from factrl.retrieval.index import Retriever
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_search
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, index = tiny_world(out.parent / "world")
@@ -338,7 +338,7 @@ def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
     """Synthesis may keep no question in a round: L_r = L_prev (same weights), an empty plots file."""
     from safetensors.torch import load_file
 
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_search
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, _ = world

@@ -10,7 +10,6 @@ outside DVC, on the backend of params ``train.backend`` or the one given.
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 
 import yaml
@@ -65,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run(stage, round_id, backend, args.params))
         return 0
-    # the stage itself (stages/ is on sys.path: the command runs from the repository root, as DVC does)
-    importlib.import_module(f"stages.{stage}").main(str(round_id), args.params, backend=backend)
+    # the stage's recipe, in the current directory's layout (qa/, segments/, index/, models/), as DVC runs it
+    from factrl.recipes import haris_train
+
+    run = {"train_search": haris_train.run_train_search, "train_reason": haris_train.run_train_reason}[stage]
+    run(round_id, args.params, backend=backend)
     return 0
 
