@@ -44,8 +44,9 @@ def entry_module(name: str, command: str, root: Path | None = None) -> ModuleTyp
     root = require_checkout(command, f"{package}/{rest.replace('.', '/')}.py", f"{package}/__init__.py", root=root)
     loaded = sys.modules.get(package)
     if loaded is None:
+        where = (root / package).resolve()
         spec = importlib.util.spec_from_file_location(
-            package, root / package / "__init__.py", submodule_search_locations=[str(root / package)])
+            package, where / "__init__.py", submodule_search_locations=[str(where)])
         loaded = importlib.util.module_from_spec(spec)
         sys.modules[package] = loaded
         spec.loader.exec_module(loaded)

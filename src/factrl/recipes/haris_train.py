@@ -5,7 +5,8 @@ trainer or on verl (params ``train.backend``).
 drive); :func:`run_train_search` and :func:`run_train_reason` are the stages: they read the round's
 inputs from the current directory's layout (``qa/``, ``segments/``, ``index/``, ``models/``), as
 ``dvc repro`` and ``factrl train`` run them, and hand the rows to the chosen backend. The rollout,
-reward and prompt parts they wire are :mod:`factrl.recipes.haris_rounds`'s, shared with verl.
+reward and prompt parts they wire are :mod:`factrl.recipes.haris_rounds`'s, shared with verl; the run around them (fingerprint, resume,
+the saved model) is :func:`factrl.rl.runs.run_agent_training`.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from factrl.config import ReasonTrainParams, RoundParams, SearchTrainParams, checkpoint_of
+from factrl.config import ReasonTrainParams, SearchTrainParams, checkpoint_of
 from factrl.recipes import haris_rounds
-from factrl.recipes.haris_rounds import RunResult
+from factrl.rl import runs
+from factrl.rl.runs import RunResult
 
 
 
 def make_judge(params: SearchTrainParams):
     """The usefulness judge of the reward (``rule`` needs no model; ``llm`` loads ``judge_model``)."""
     return haris_rounds.search_judge(params.judge, params.judge_threshold, params.judge_model,
-                                     device=haris_rounds.train_device("search", params))
+                                     device=runs.train_device("search", params))
 
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
@@ -37,7 +39,7 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
     def make_fns(policy):
         return haris_rounds.search_rollout_fn(policy, tool, rollout_params), haris_rounds.search_reward_fn(judge)
 
-    return haris_rounds.run_agent_training(
+    return runs.run_agent_training(
         agent="search", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
         state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
         extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
@@ -57,7 +59,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.reasoning_rollout_params(params)
     served = haris_rounds.served_search_params(params)
-    device = str(haris_rounds.train_device("reason", params))
+    device = str(runs.train_device("reason", params))
     with (open_llm(search_model, params.search_backend, precision=params.precision, device=device)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
@@ -68,27 +70,11 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
                                                      hop_reward=params.hop_reward,
                                                      hop_answers=haris_rounds.hop_answers_of(claims)))
 
-        return haris_rounds.run_agent_training(
+        return runs.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
             state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
-            extra_fingerprint={"search_model": haris_rounds.model_digest(search_model)},
+            extra_fingerprint={"search_model": runs.model_digest(search_model)},
             model_tokenizer=model_tokenizer, on_step=on_step)
-
-
-def round_claims(rnd: RoundParams, max_claims: int = 0) -> pa.Table:
-    """The claims of round ``rnd``'s curriculum piece (segments/<segment>.parquet in the current
-    directory), validated; at most ``max_claims`` (0 = all) keeping the (label, hops) balance."""
-    import pyarrow.parquet as pq
-
-    from factrl.data.schemas import CLAIMS, validate
-    from factrl.data.splits import balanced_subset
-
-    segment_file = Path("segments") / f"{rnd.segment}.parquet"
-    if not segment_file.exists():
-        raise FileNotFoundError(f"{segment_file}: no such curriculum piece (round {rnd.id} asks for segment "
-                                f"{rnd.segment!r}; check curriculum.segments)")
-    claims = validate(pq.read_table(segment_file), CLAIMS, str(segment_file))
-    return balanced_subset(claims, max_claims) if max_claims else claims
 
 
 def run_train_search(round_id: int, params_file: str = "params.yaml", backend: str | None = None) -> RunResult:
@@ -114,7 +100,7 @@ def run_train_search(round_id: int, params_file: str = "params.yaml", backend: s
         qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
         metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
-    print(haris_rounds.summary_line(f"train_search@{rnd.id}", result))
+    print(runs.summary_line(f"train_search@{rnd.id}", result))
     return result
 
 
@@ -128,7 +114,7 @@ def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: s
     rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
     train = load_section("train", params_file)
     params: ReasonTrainParams = train.reasoning
-    claims = round_claims(rnd, params.max_prompts)  # keep the (label, hops) balance when only a few are used
+    claims = haris_rounds.round_claims(rnd, params.max_prompts)  # keep the (label, hops) balance when only a few are used
     if (backend or train.backend) == "verl":
         from factrl.recipes import verl_rounds
 
@@ -138,5 +124,5 @@ def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: s
         Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
         metrics_path=Path("metrics") / "train" / f"reason_r{rnd.id}.csv")
-    print(haris_rounds.summary_line(f"train_reason@{rnd.id}", result))
+    print(runs.summary_line(f"train_reason@{rnd.id}", result))
     return result

@@ -165,7 +165,7 @@ Loader = Callable[[str, MemberParams], Any]  # (model, member spec) -> a context
 def cache_name(model: str, spec: MemberParams) -> str:
     """The name a model's calls are cached under: a model directory by its content (training
     rewrites it in place), an endpoint's model by its URL."""
-    from factrl.recipes.haris_rounds import model_digest
+    from factrl.rl.runs import model_digest
 
     name = model if not Path(model).is_dir() else f"{model}@{model_digest(model)[:16]}"
     return f"{name}@{spec.base_url}" if spec.base_url else name

@@ -38,7 +38,8 @@ from factrl.data import reference
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
 from factrl.io import write_json
 from factrl.llm.tokens import encode_chat
-from factrl.recipes.haris_rounds import checkpoint_of, fingerprint, prepare_state_dir, save_model
+from factrl.config import checkpoint_of
+from factrl.rl.runs import fingerprint, prepare_state_dir, save_model
 from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
 
 AGENTS = ("reasoning", "search")
