@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from factrl.agents import haris
+from factrl.agents import registry as agent_registry
 from factrl.config import AgentTrainParams, RoundParams, TrainParams
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_verl import REASONING, SEARCH
@@ -41,32 +42,38 @@ REWARD_MODULE = "pkg://factrl.recipes.haris_verl"
 
 
 @dataclasses.dataclass(frozen=True)
-class AgentSpec:
-    """What an agent is on verl: its agent loop (also its reward's name, the rows' ``data_source``),
-    its tool, and how an item becomes a row: the prompt made from ``item[prompt_key]``, the ground
-    truth ``item[truth_key]``."""
+class VerlAgent:
+    """What an agent of :mod:`factrl.agents.registry` is on verl: its agent loop (also its reward's
+    name, the rows' ``data_source``), its tool, and how an item becomes a row: the prompt made from
+    ``item[prompt_key]``, the ground truth ``item[truth_key]`` (the registry's fields)."""
 
-    name: str  # as in models/<name>_<r>, checkpoints/<name>_r<id>, train_<search|reason>@<r>
+    name: str  # the registry's name: models/<name>_<r>, checkpoints/<name>_r<id>, train_<name>@<r>
     loop: str
     loop_class: str
     tool: str
     tool_class: str
     messages: Callable[[str], list]
-    prompt_key: str
-    truth_key: str
     ability: str
     reward_style: str
     reward_keys: tuple[str, ...] = ()  # item fields the reward reads besides the ground truth (extra_info)
 
+    @property
+    def prompt_key(self) -> str:
+        return agent_registry.agent(self.name).prompt_key
+
+    @property
+    def truth_key(self) -> str:
+        return agent_registry.agent(self.name).truth_key
+
 
 AGENTS = {
-    "search": AgentSpec("search", SEARCH, "factrl.recipes.haris_verl.SearchAgentLoop", "retriever",
-                        "factrl.recipes.haris_verl.RetrieverVerlTool", haris.search_messages, "question", "answer",
-                        "fact_search", "judge"),
-    "reason": AgentSpec("reason", REASONING, "factrl.recipes.haris_verl.ReasoningAgentLoop", "search_agent",
-                        "factrl.recipes.haris_verl.SearchAgentVerlTool", haris.reasoning_messages, "claim", "label",
+    "search": VerlAgent("search", SEARCH, "factrl.recipes.haris_verl.SearchAgentLoop", "retriever",
+                        "factrl.recipes.haris_verl.RetrieverVerlTool", haris.search_messages, "fact_search", "judge"),
+    "reason": VerlAgent("reason", REASONING, "factrl.recipes.haris_verl.ReasoningAgentLoop", "search_agent",
+                        "factrl.recipes.haris_verl.SearchAgentVerlTool", haris.reasoning_messages,
                         "claim_verification", "rule", ("num_hops",)),
 }
+assert set(AGENTS) == set(agent_registry.AGENTS), "every registered agent has its verl form"
 # RolloutParams fields a verl loop or tool takes from factrl's params (the rest are the agents' own)
 ROLLOUT_FIELDS = ("max_turns", "max_new_tokens", "max_context_tokens", "max_tool_response_tokens", "temperature")
 
@@ -86,8 +93,8 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
 
     spec, cluster = AGENTS[agent], train.verl
     models_dir, index_dir = Path(models_dir).resolve(), Path(index_dir).resolve()
-    cfg: AgentTrainParams = train.search if agent == "search" else train.reasoning
-    section = "train.search" if agent == "search" else "train.reasoning"  # where cfg lives, for errors
+    cfg: AgentTrainParams = agent_registry.agent(agent).train_params(train)
+    section = agent_registry.agent(agent).params_key  # where cfg lives, for errors
     work_dir = (Path(checkpoints_dir) / f"{spec.name}_r{rnd.id}").resolve()
     host = reachable_host(cluster.serve_host)
     servers: list[Server] = []

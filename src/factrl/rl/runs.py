@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.config import AgentTrainParams, GRPOParams
 from factrl.io import atomic_path
 
 FINGERPRINT_FILE = "fingerprint.json"
 METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
-PARAMS_KEYS = {"search": "train.search", "reason": "train.reasoning", "m2r": "m2r",  # agent -> its params section
-               "march": "train_march"}
+# agent -> its params section: HARIS's agents (factrl.agents.registry), M2R's and MARCH's policies
+PARAMS_KEYS = {**{spec.name: spec.params_key for spec in AGENT_REGISTRY.values()}, "m2r": "m2r", "march": "train_march"}
 
 
 def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]:
