@@ -31,7 +31,7 @@ from factrl.data import synthesis  # noqa: E402
 from factrl.data.world import generate_claims  # noqa: E402
 from factrl.llm import signatures  # noqa: E402
 from factrl.llm.backends import open_teacher  # noqa: E402
-from flows.synthesize import run_teacher  # noqa: E402
+from factrl.orchestration.teacher import run_teacher  # noqa: E402
 from _measured import Measurement  # noqa: E402
 
 N_CLAIMS = 24  # per hop count

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from factrl.config import PipelineParams, load_section
-from flows.pipeline import pipeline
+from factrl.orchestration.pipeline import pipeline
 
 
 def build_deployment(params: PipelineParams, repo_root: str = "."):

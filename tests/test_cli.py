@@ -26,8 +26,8 @@ def test_unknown_command_exits_with_usage():
 def test_prepare_command_runs_the_stage(tmp_path, monkeypatch, shared_data, repo_root):
     claims = str(shared_data / "haris_eval" / "hover_2hop.jsonl")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"source": "files", "files": {"claims": [claims]}}}))
+    (tmp_path / "stages").symlink_to(repo_root / "stages")  # a checkout's stages, found from the cwd
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(repo_root))
     assert cli.main(["prepare"]) == 0
     assert pq.read_table(tmp_path / "data" / "claims" / "train.parquet").num_rows > 0
 

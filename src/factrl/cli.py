@@ -3,6 +3,11 @@
 The commands are listed once, in :data:`COMMANDS` (`factrl --help` prints them): a command is one
 line there, naming the module whose ``main`` runs it. Sub-commands import their module lazily, so
 `factrl --help` stays fast.
+
+Every command runs library code, except ``prepare`` and ``index``, whose whole job is to run one of a
+checkout's stages: they load ``stages/<name>.py`` from the current directory by path
+(:func:`factrl.checkout.entry_module`) and, outside a checkout, stop with an error naming the
+directory.
 """
 
 from __future__ import annotations
@@ -12,22 +17,26 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from factrl.checkout import NotACheckoutError, entry_module
+
 
 @dataclass(frozen=True)
 class Command:
     """module: whose ``main`` runs the command. help: one line for `factrl --help`. stage: ``main``
     is a pipeline entry point taking at most a params file (``factrl prepare [params.yaml]``);
-    otherwise ``main(argv)`` parses its own arguments."""
+    otherwise ``main(argv)`` parses its own arguments. checkout: ``module`` is a checkout's stage
+    (``stages.prepare``), loaded from the current directory (:func:`factrl.checkout.entry_module`)."""
 
     module: str
     help: str
     stage: bool = False
+    checkout: bool = False
 
 
 COMMANDS: dict[str, Command] = {
-    "prepare": Command("stages.prepare", "run the prepare stage with params.yaml", stage=True),
-    "index": Command("stages.index", "run the index stage with params.yaml", stage=True),
-    "pipeline": Command("flows.pipeline", "run `dvc repro` as a Prefect flow", stage=True),
+    "prepare": Command("stages.prepare", "run the checkout's prepare stage with params.yaml", stage=True, checkout=True),
+    "index": Command("stages.index", "run the checkout's index stage with params.yaml", stage=True, checkout=True),
+    "pipeline": Command("factrl.orchestration.pipeline", "run the checkout's `dvc repro` as a Prefect flow", stage=True),
     "serve-retriever": Command("factrl.retrieval.server", "serve an index over HTTP (POST /retrieve)"),
     "serve-llm": Command("factrl.llm.serve", "serve a local model as an OpenAI-compatible API"),
     "traces": Command("factrl.eval.traces", "a static HTML page to browse rollouts: ROLLOUTS.parquet -o traces.html"),
@@ -52,16 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args, _rest = parser.parse_known_args(argv[:1])
-    if "." not in sys.path:
-        # stages/ and flows/ live at the repository root (thin entry points, not library code):
-        # the command is run from there, as `dvc repro` is.
-        sys.path.insert(0, ".")
     command = COMMANDS[args.command]
-    module = importlib.import_module(command.module)
-    if command.stage:
-        module.main(*argv[1:2])
-        return 0
-    return module.main(argv[1:]) or 0
+    try:
+        if command.checkout:
+            module = entry_module(command.module, f"factrl {args.command}")
+        else:
+            module = importlib.import_module(command.module)
+        if command.stage:
+            module.main(*argv[1:2])
+            return 0
+        return module.main(argv[1:]) or 0
+    except NotACheckoutError as exc:
+        parser.exit(2, f"factrl: error: {exc}\n")
 
 
 if __name__ == "__main__":

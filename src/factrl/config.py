@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from ruamel.yaml import YAML, YAMLError
 
+from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.devices import DEVICE_PATTERN
 from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
 
@@ -516,8 +517,8 @@ class ModelParams:
 
 
 MODELS_DIR = Path("models")
-AGENTS = ("reason", "search")
-"""The HARIS agents whose checkpoints live in ``models/<agent>_<round id>``."""
+AGENTS = tuple(AGENT_REGISTRY)
+"""The HARIS agents whose checkpoints live in ``models/<agent>_<round id>`` (``factrl.agents.registry``)."""
 CHECKPOINT_NAMES = {
     "base": "params model.base",
     "warm": "models/<agent>_0, the warm start's H_0 / L_0 (stage warmup)",

@@ -27,7 +27,7 @@ from factrl import config as factrl_config
 from factrl.config import RoundParams, TrainParams
 from factrl.profiles import apply_profile
 from factrl.recipes import verl_rounds
-from factrl.rl import verl_backend
+from factrl.rl import verl_backend, verl_run
 from factrl.rl.verl_backend import MAIN_PPO
 from tests.pipeline_repo import edit_params
 
@@ -168,7 +168,7 @@ def test_exported_rows_load_in_verls_dataset(tmp_path):
              "reason": [{"id": "c1", "claim": "The founder of Orlen Studios was born in Varna.", "label": "REFUTES"}]}
     for agent, rows in items.items():
         p = plan_for(agent, tmp_path=tmp_path / agent)
-        verl_rounds.export(p, rows, tok)
+        verl_run.export(p, rows, tok)
         cfg = verl_backend.compose(p.overrides).data
         dataset = RLHFDataset(data_files=[str(p.train_file)], tokenizer=tok, config=cfg)
         assert len(dataset) == len(rows)
@@ -189,11 +189,11 @@ def test_export_names_the_bad_row(tmp_path):
     tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
     p = plan_for("search", tmp_path=tmp_path)
     with pytest.raises(ValueError, match=r"row 1, field 'reward_model.ground_truth': empty"):
-        verl_rounds.export(p, [{"id": "a", "question": "Q?", "answer": "A"},
+        verl_run.export(p, [{"id": "a", "question": "Q?", "answer": "A"},
                                {"id": "b", "question": "Q?", "answer": " "}])
     long = [{"id": "a", "question": "word " * 2000, "answer": "A"}]
     with pytest.raises(ValueError, match=r"row 0, field 'prompt': \d+ tokens, more than train.verl.max_prompt_length"):
-        verl_rounds.export(p, long, tok)
+        verl_run.export(p, long, tok)
     assert not p.train_file.exists()
 
 

@@ -20,7 +20,7 @@ from factrl.data.schemas import CONSENSUS_PREDICTIONS, DEBATE_TURNS
 from factrl.eval.stats import consensus_rows
 from factrl.llm.cache import DiskCache
 from factrl.recipes import scmaks
-from flows.fanout import BatchError
+from factrl.orchestration.fanout import BatchError
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of

@@ -345,7 +345,7 @@ def test_cli_on_haris_eval_sample_with_smollm2(tmp_path, claims_sample, shared_d
 
 
 def test_eval_table_for_the_pipeline_artifacts(tmp_path):
-    from flows import pipeline
+    from factrl.orchestration import pipeline
 
     assert pipeline._eval_table(tmp_path / "eval.json") == []  # evaluate has not run
     rows = [{"dataset": "checkwhy", "system": "HARIS r1", "num_hops": None, "metric": "accuracy", "value": 0.608,
@@ -361,7 +361,7 @@ def test_pipeline_run_publishes_eval_table(tmp_path, repo_root):
     from prefect import flow
     from prefect.client.orchestration import get_client
 
-    from flows import pipeline
+    from factrl.orchestration import pipeline
     from tests.prefect_harness import prefect_harness
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)

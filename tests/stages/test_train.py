@@ -23,6 +23,7 @@ import pytest
 from factrl.config import ReasonTrainParams, SearchTrainParams, WorldParams
 from factrl.llm.backends import open_llm
 from factrl.recipes import haris_rounds
+from factrl.rl.runs import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
 # no weight decay: it alone moves every weight, so "the weights moved" would not show a policy gradient
@@ -152,8 +153,8 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     written, checkpoints are dropped at the end; every question of the reasoning agent is answered
     by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
-    from stages.train_reason import train_reason
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_reason
+    from factrl.recipes.haris_train import train_search
 
     _learning_signal(monkeypatch)
     claims, _ = world
@@ -241,27 +242,6 @@ def test_reward_functions_score_by_name():
     assert [r.score for r in out] == [1.0, 0.1, 0.0]
 
 
-def test_select_prompts_is_seeded_and_capped():
-    items = [{"id": str(i)} for i in range(10)]
-    a = haris_rounds.select_prompts(items, 4, seed=3)
-    assert len(a) == 4 and a == haris_rounds.select_prompts(items, 4, seed=3)
-    assert a != haris_rounds.select_prompts(items, 4, seed=4)
-    assert sorted(x["id"] for x in haris_rounds.select_prompts(items, 0, seed=3)) == sorted(x["id"] for x in items)
-
-
-def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
-    state = tmp_path / "state"
-    assert haris_rounds.prepare_state_dir(state, "a") is False
-    (state / "checkpoints" / "step-000001").mkdir(parents=True)
-    assert haris_rounds.prepare_state_dir(state, "a") is True  # same inputs: resume
-    assert haris_rounds.prepare_state_dir(state, "b") is False  # e.g. a new lr: start over
-    assert not (state / "checkpoints").exists()
-    cfg = SearchTrainParams(**SHORT)
-    items = [{"id": "1", "question": "q", "answer": "a"}]
-    assert haris_rounds.fingerprint(cfg, "x", items) == haris_rounds.fingerprint(cfg, "x", items)
-    assert haris_rounds.fingerprint(cfg, "x", items) != haris_rounds.fingerprint(dataclasses.replace(cfg, lr=1e-6), "x", items)
-
-
 # --------------------------------------------------------------------------------------------
 # resume after a kill: a tiny random policy, so three runs take seconds
 # --------------------------------------------------------------------------------------------
@@ -269,9 +249,9 @@ def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
 TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 
-def _tiny_run(out: Path, kill_after: int | None) -> haris_rounds.RunResult:
+def _tiny_run(out: Path, kill_after: int | None) -> RunResult:
     from factrl.retrieval.index import Retriever
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_search
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, index = tiny_world(out.parent / "world")
@@ -338,7 +318,7 @@ def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
     """Synthesis may keep no question in a round: L_r = L_prev (same weights), an empty plots file."""
     from safetensors.torch import load_file
 
-    from stages.train_search import train_search
+    from factrl.recipes.haris_train import train_search
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, _ = world

@@ -216,10 +216,12 @@ def parse_search(text: str) -> SearchParse:
         return SearchParse((), None, False, f"parser error: {exc!r}")
 
 
+PARSERS = {"reasoning": parse_reasoning, "search": parse_search}
+"""Each protocol role's parser (the roles of ``factrl.agents.registry``'s agents)."""
+
+
 def format_valid(text: str, agent: str) -> bool:
-    """Format validity of a response of ``agent`` ("reasoning" | "search"), as the rewards use it."""
-    if agent == "reasoning":
-        return parse_reasoning(text).format_valid
-    if agent == "search":
-        return parse_search(text).format_valid
-    raise ValueError(f"unknown agent {agent!r}: expected 'reasoning' or 'search'")
+    """Format validity of a response of the role ``agent`` ("reasoning" | "search"), as the rewards use it."""
+    if agent not in PARSERS:
+        raise ValueError(f"unknown agent {agent!r}: expected one of {sorted(PARSERS)}")
+    return PARSERS[agent](text).format_valid

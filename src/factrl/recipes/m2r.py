@@ -9,7 +9,7 @@ Stage ``train_m2r@<id>`` (params ``m2r`` and ``m2r_stages``)::
                         reward by name (m2r.reward) with the stage's format--> m2r/model_<id>
 
 The trainer never sees which method it trains: this recipe hands it a rollout function and a
-reward function, as HARIS's rounds do (``factrl.recipes.haris_rounds.run_agent_training`` runs both).
+reward function, as HARIS's rounds do (``factrl.rl.runs.run_agent_training`` runs both).
 Malformed rollouts are format failures (reward 0 or 0.1), counted by reason in the stage's results.
 
 :func:`evaluate_qa` scores a system (``rag``: the top-k passages in the prompt and one boxed answer;
@@ -30,7 +30,7 @@ from factrl.agents.haris import prompt_style
 from factrl.agents.loop import run_loops
 from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
 from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, chain_entry
-from factrl.recipes import haris_rounds
+from factrl.rl import runs
 from factrl.rewards.m2r import extract_boxed
 from factrl.rewards.registry import get_reward
 from factrl.text import first_sentence, max_token_f1, normalize_answer
@@ -124,7 +124,7 @@ def warm_start(items: list[dict], p: M2RParams, macro_tool: m2r.MacroTool, *, st
     from factrl.data import reference
     from factrl.recipes import warmup
 
-    chosen = haris_rounds.select_prompts(items, p.warm_max_items, p.seed)
+    chosen = runs.select_prompts(items, p.warm_max_items, p.seed)
     kept, rejected = reference.world_m2r_references(chosen, macro_tool)
     reference.validate_references(kept, "m2r references")
     if not kept:
@@ -145,10 +145,10 @@ def warm_start(items: list[dict], p: M2RParams, macro_tool: m2r.MacroTool, *, st
 
 def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, stage: M2RStageParams, *,
                 state_dir: Path, out_model: Path, metrics_path: Path, model_tokenizer: tuple | None = None,
-                on_step=None) -> tuple[haris_rounds.RunResult, dict]:
+                on_step=None) -> tuple[runs.RunResult, dict]:
     """GRPO of M2R from ``init_model`` on ``items`` with stage ``stage``'s format; returns the run and
     what the results file records (steps, final row, format failures by reason)."""
-    chosen = haris_rounds.select_prompts(items, p.max_prompts, p.seed)
+    chosen = runs.select_prompts(items, p.max_prompts, p.seed)
     macro_tool = m2r.MacroTool(retriever, k=p.top_k)
     params = rollout_params(p)
     failures: Counter = Counter()
@@ -157,7 +157,7 @@ def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, sta
         return (rollout_fn(policy, macro_tool, params, stage.format),
                 reward_fn(p.reward, stage.format, alpha=p.alpha, beta=p.beta, failures=failures))
 
-    run = haris_rounds.run_agent_training(
+    run = runs.run_agent_training(
         agent=AGENT, init_model=init_model, items=chosen, cfg=p, make_fns=make_fns, state_dir=state_dir,
         out_model=out_model, metrics_path=metrics_path, extra_fingerprint={"stage": dataclasses.asdict(stage)},
         model_tokenizer=model_tokenizer, on_step=on_step)

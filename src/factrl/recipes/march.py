@@ -164,7 +164,7 @@ def warm_start(model, tokenizer, train_rows: Sequence[dict], p: TrainMarchParams
     """Fine-tune ``model`` in place on the reference episodes of ``train_rows`` (all three roles, one
     policy); resumes from ``state_dir``. Returns the summary (examples, steps, losses, wall time)."""
     from factrl.agents.rollout import RolloutParams
-    from factrl.recipes.haris_rounds import fingerprint, prepare_state_dir
+    from factrl.rl.runs import fingerprint, prepare_state_dir
     from factrl.recipes.warmup import examples_digest, replay_examples
     from factrl.rl.sft import train_sft
 
@@ -264,7 +264,7 @@ def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, metrics_path: 
     from factrl.hardware import hardware_record, resolve_device
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
-    from factrl.recipes.haris_rounds import run_agent_training, save_model
+    from factrl.rl.runs import run_agent_training, save_model
     from factrl.recipes.scmaks import peak_rss_mib
 
     check_params(p)

@@ -15,7 +15,7 @@ cannot come back from the same episode. That is the paper's solver-only ablation
 plays with the current weights.
 
 ``train_march.backend: verl`` (:func:`plan`, :func:`train`): the stage's GRPO on verl's ``main_ppo``
-through :mod:`factrl.recipes.verl_rounds`' plan and run (rows, agent-loop config, Hydra overrides,
+through :mod:`factrl.rl.verl_run`'s plan and run (rows, agent-loop config, Hydra overrides,
 checkpoint merge, curve), with no tool and no server.
 
 Rows (:func:`march_row`): the solver's prompt as verl's ``prompt``, the gold number as
@@ -35,7 +35,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopO
 from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
 from factrl.config import TrainMarchParams
-from factrl.recipes import verl_rounds
+from factrl.rl import verl_run
 from factrl.rewards.registry import get_reward
 from factrl.rl import verl_backend
 from factrl.rl.verl_agent import PASSTHROUGH, FactrlAgentLoop, VerlEngine, plain
@@ -135,7 +135,7 @@ def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path:
     loop_config = {"march": {"reward": p.reward, "max_new_tokens": p.max_new_tokens,
                              "checker_samples": p.checker_samples, "checker_temperature": p.checker_temperature,
                              "anchor_question": p.anchor_question}}
-    vp = verl_rounds.VerlPlan(
+    vp = verl_run.VerlPlan(
         stage=f"train_march@{p.seed}", agent=MARCH, cfg=p, init_model=init_model, out_model=Path(out_model).resolve(),
         metrics_path=Path(metrics_path).resolve(), work_dir=work_dir, tools=[],
         loops={MARCH: (LOOP_CLASS, loop_config)}, overrides=[], servers=[], env={},
@@ -146,15 +146,15 @@ def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path:
         tool_config=str(vp.tool_config), agent_loop_config=str(vp.agent_loop_config),
         state_dir=str(work_dir / "verl"), experiment=f"march_s{p.seed}", reward_function=REWARD_MODULE,
         device=device)
-    vp.env = verl_rounds.main_ppo_env(work_dir, p.verl)
+    vp.env = verl_run.main_ppo_env(work_dir, p.verl)
     return vp
 
 
 def train(p: TrainMarchParams, items: list[agent.MarchItem], *, init_model: str, out_model: Path,
           metrics_path: Path, work_dir: Path):
     """GRPO of the solver on verl from ``init_model`` into ``out_model`` (resumes from verl's checkpoints)."""
-    return verl_rounds.run(plan(p, init_model=init_model, out_model=out_model, metrics_path=metrics_path,
-                                work_dir=work_dir), items)
+    return verl_run.run(plan(p, init_model=init_model, out_model=out_model, metrics_path=metrics_path,
+                             work_dir=work_dir), items)
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,

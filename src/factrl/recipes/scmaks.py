@@ -2,7 +2,7 @@
 
 ``debate``: the pool of params ``debate.pool`` (each member on its own backend, behind a call counter
 and the on-disk LLM cache) answers and debates the claims of ``debate.splits`` in batches fanned out
-by :mod:`flows.debate` (:func:`run_debate`). Output: the transcripts (DEBATE_TURNS) and a summary
+by :mod:`factrl.orchestration.debate` (:func:`run_debate`). Output: the transcripts (DEBATE_TURNS) and a summary
 (format failures, calls and time per phase and member, agreement, wall time, peak memory).
 
 ``fit_consensus``: transcripts -> features (:mod:`factrl.consensus.features`) -> reward model
@@ -165,7 +165,7 @@ Loader = Callable[[str, MemberParams], Any]  # (model, member spec) -> a context
 def cache_name(model: str, spec: MemberParams) -> str:
     """The name a model's calls are cached under: a model directory by its content (training
     rewrites it in place), an endpoint's model by its URL."""
-    from factrl.recipes.haris_rounds import model_digest
+    from factrl.rl.runs import model_digest
 
     name = model if not Path(model).is_dir() else f"{model}@{model_digest(model)[:16]}"
     return f"{name}@{spec.base_url}" if spec.base_url else name
@@ -232,9 +232,9 @@ def batch_key(plan: DebatePlan, params: DebateParams, batch: Sequence[dict]) -> 
 
 def run_debate(claims_by_split: dict[str, pa.Table], pool: Pool, retriever, params: DebateParams, plan: DebatePlan,
                *, work_dir: Path) -> tuple[pa.Table, dict]:
-    """Debate every claim (batches fanned out by :mod:`flows.debate`, resumable in ``work_dir``);
+    """Debate every claim (batches fanned out by :mod:`factrl.orchestration.debate`, resumable in ``work_dir``);
     returns the transcripts (DEBATE_TURNS) and the run's summary."""
-    from flows.debate import run_debate_batches
+    from factrl.orchestration.debate import run_debate_batches
 
     t0, calls0, hits0 = time.perf_counter(), pool.calls(), sum(c.hits for c in pool.cached)
     records = claim_records(claims_by_split)

@@ -10,21 +10,21 @@ outside DVC, on the backend of params ``train.backend`` or the one given.
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 
 import yaml
 
+from factrl.agents.registry import AGENTS, by_stage
 from factrl.config import PARAMS_FILE, load_section, to_dict
 
-STAGES = {"train_search": "search", "train_reason": "reason"}
+STAGES = {spec.train_stage: spec.name for spec in AGENTS.values()}  # train_reason -> reason
 
 
 def parse_stage(stage: str) -> tuple[str, int]:
     """``train_reason@1`` -> ``("train_reason", 1)``."""
-    m = re.fullmatch(r"(train_search|train_reason)@(\d+)", stage)
-    if m is None:
-        raise ValueError(f"--stage {stage!r}: expected train_search@<round> or train_reason@<round>")
+    m = re.fullmatch(r"(\w+)@(\d+)", stage)
+    if m is None or m.group(1) not in STAGES:
+        raise ValueError(f"--stage {stage!r}: expected " + " or ".join(f"{s}@<round>" for s in sorted(STAGES)))
     return m.group(1), int(m.group(2))
 
 
@@ -34,12 +34,11 @@ def dry_run(stage: str, round_id: int, backend: str, params_file: str) -> str:
 
     rnd = find_round(load_section("rounds", params_file).rounds, round_id)
     train = load_section("train", params_file)
-    agent = STAGES[stage]
+    spec = by_stage(stage)
+    agent = spec.name
     if backend == "local":
-        cfg = train.search if agent == "search" else train.reasoning
-        section = "search" if agent == "search" else "reasoning"
-        return f"python -m stages.{stage} {rnd.id} {params_file}\n# train.{section}:\n" + yaml.safe_dump(
-            to_dict(cfg), sort_keys=False)
+        return f"python -m stages.{stage} {rnd.id} {params_file}\n# {spec.params_key}:\n" + yaml.safe_dump(
+            to_dict(spec.train_params(train)), sort_keys=False)
     from omegaconf import OmegaConf
 
     from factrl.recipes import verl_rounds
@@ -65,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run(stage, round_id, backend, args.params))
         return 0
-    # the stage itself (stages/ is on sys.path: the command runs from the repository root, as DVC does)
-    importlib.import_module(f"stages.{stage}").main(str(round_id), args.params, backend=backend)
+    # the stage's recipe, in the current directory's layout (qa/, segments/, index/, models/), as DVC runs it
+    from factrl.recipes import haris_train
+
+    run = {"train_search": haris_train.run_train_search, "train_reason": haris_train.run_train_reason}[stage]
+    run(round_id, args.params, backend=backend)
     return 0
 

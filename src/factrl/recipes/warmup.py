@@ -38,11 +38,15 @@ from factrl.data import reference
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
 from factrl.io import write_json
 from factrl.llm.tokens import encode_chat
-from factrl.recipes.haris_rounds import checkpoint_of, fingerprint, prepare_state_dir, save_model
+from factrl.agents.registry import AGENTS as AGENT_REGISTRY
+from factrl.config import checkpoint_of
+from factrl.rl.runs import fingerprint, prepare_state_dir, save_model
 from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
 
-AGENTS = ("reasoning", "search")
-MODEL_NAMES = {"reasoning": "reason", "search": "search"}  # models/reason_0, models/search_0
+# the agents by their role, the tag of their rows and files here (references' agent column, loss_<role>.csv);
+# their models are models/<name>_0 (factrl.agents.registry: reasoning -> reason)
+AGENTS = tuple(spec.role for spec in AGENT_REGISTRY.values())
+MODEL_NAMES = {spec.role: spec.name for spec in AGENT_REGISTRY.values()}
 TEACHER_CHUNK = 32  # claims per resumable chunk of teacher rollouts
 
 

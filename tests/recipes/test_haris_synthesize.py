@@ -1,4 +1,5 @@
-"""Stage `synthesize`: one round on a tiny demo world with a fake rollout function and teacher.
+"""The recipe of stage `synthesize` (factrl.recipes.haris_synthesize): one round on a tiny demo world
+with a fake rollout function and teacher.
 
 The teacher fan-out runs for real (Prefect tasks under a test harness, the disk cache, batch
 checkpoints); only the LLM is a counting fake, so calls can be counted exactly.
@@ -16,8 +17,8 @@ from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
 from factrl.recipes.haris_rounds import find_round
-from flows.synthesize import TeacherBatchError
-from stages import synthesize as stage
+from factrl.orchestration.teacher import TeacherBatchError
+from factrl.recipes import haris_synthesize as recipe
 from tests.prefect_harness import prefect_harness
 
 
@@ -108,7 +109,7 @@ def rollout_fn(table_rows):
 def run_round(claims, tmp_path, teacher, work="work", rnd=None, batch_size=3, concurrency=2):
     params = SynthesizeParams(batch_size=batch_size, concurrency=concurrency, retries=0, seed=3)
     rnd = rnd or RoundParams(id=2, prev=1, segment="seg1", questions="all")
-    return stage.synthesize_round(
+    return recipe.synthesize_round(
         claims, rnd, params, rollout_fn=rollout_fn, teacher=teacher, agent_checkpoint="models/reason_1",
         passages={}, work_dir=tmp_path / work, cache_path=tmp_path / work / "cache.sqlite",
         answer_fn=fake_pseudo_answers, answer_type=Answer, p_hash="h0")
@@ -193,7 +194,7 @@ def test_world_teacher_backend_answers_from_the_gold_chain(claims, tmp_path):
 
     params = SynthesizeParams(teacher=TeacherParams(backend="world"), batch_size=4, concurrency=2, retries=0, seed=3)
     with open_teacher(params.teacher) as teacher:
-        qa, rejected, summary = stage.synthesize_round(
+        qa, rejected, summary = recipe.synthesize_round(
             claims, RoundParams(id=1, prev=0, segment="all", questions="first"), params, rollout_fn=asking,
             teacher=teacher, agent_checkpoint="models/reason_0", passages={}, work_dir=tmp_path / "w",
             cache_path=tmp_path / "w" / "cache.sqlite")
@@ -215,10 +216,10 @@ def test_rollouts_run_on_the_endpoints_params_name(demo_world, monkeypatch):
     loaded = []
     monkeypatch.setattr(backends, "load_llm", lambda spec, **kw: loaded.append(spec) or object())
     index = demo_world[1]
-    stage.haris_rollout_fn("models/reason_1", "models/search_1", index, SynthesizeParams(retrieval_mode="bm25"), "first")
+    recipe.haris_rollout_fn("models/reason_1", "models/search_1", index, SynthesizeParams(retrieval_mode="bm25"), "first")
     assert loaded == ["models/reason_1", "models/search_1"]
     loaded.clear()
     params = SynthesizeParams(retrieval_mode="bm25", reason_endpoint="http://h:8001/v1",
                               search_endpoint="http://h:8002/v1")
-    stage.haris_rollout_fn("models/reason_1", "models/search_1", index, params, "first")
+    recipe.haris_rollout_fn("models/reason_1", "models/search_1", index, params, "first")
     assert loaded == ["openai:models/reason_1@http://h:8001/v1", "openai:models/search_1@http://h:8002/v1"]

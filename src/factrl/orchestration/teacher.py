@@ -1,6 +1,6 @@
 """The teacher fan-out of stage `synthesize` as a Prefect flow.
 
-Teacher items are cut into batches; each batch is one Prefect task of :func:`flows.fanout.fan_out`
+Teacher items are cut into batches; each batch is one Prefect task of :func:`factrl.orchestration.fanout.fan_out`
 (thread pool of ``concurrency`` workers, retries on I/O errors only, result persistence off). A
 batch first looks for its
 checkpoint file and, when absent, asks the teacher through ``factrl.llm.signatures.pseudo_answers``
@@ -27,7 +27,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from factrl.data.synthesis import item_key
 from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.llm.counting import CountingLLM
-from flows.fanout import BatchError, fan_out
+from factrl.orchestration.fanout import BatchError, fan_out
 
 AnswerFn = Callable[..., list]  # (llm, items, *, retries) -> list[PseudoAnswer]
 
@@ -61,7 +61,7 @@ def answer_batch(index: int, items: list[dict], teacher, cache_path: str, answer
 @flow(name="factrl-synthesize", persist_result=False, log_prints=True)
 def teach_flow(items: list[dict], teacher, *, prompt_hash: str, cache_path: str, checkpoint_dir: str,
                batch_size: int, answer_fn: AnswerFn, signature_retries: int, retries: int) -> list[dict]:
-    """Fan the items out in batches (:func:`flows.fanout.fan_out`); every batch's record in batch order."""
+    """Fan the items out in batches (:func:`factrl.orchestration.fanout.fan_out`); every batch's record in batch order."""
     batches = [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)

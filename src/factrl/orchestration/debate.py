@@ -1,7 +1,7 @@
 """The claim fan-out of stage `debate` as a Prefect flow.
 
 Claims are cut into batches; each batch runs SC-MAKS's generation phase and debate rounds as one
-Prefect task of :func:`flows.fanout.fan_out` (a checkpoint per batch; inside it, one per phase), with
+Prefect task of :func:`factrl.orchestration.fanout.fan_out` (a checkpoint per batch; inside it, one per phase), with
 every member's calls behind the on-disk LLM cache. A killed run resumes: finished batches come from
 their checkpoints, finished phases of the unfinished batch from theirs, and the calls of its
 unfinished phase that did complete from the cache.
@@ -15,7 +15,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.fanout import Work, fan_out
+from factrl.orchestration.fanout import Work, fan_out
 
 
 @flow(name="factrl-debate", persist_result=False, log_prints=True)

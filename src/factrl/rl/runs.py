@@ -1,0 +1,211 @@
+"""One agent's training run as a pipeline stage needs it: the machinery every local training recipe
+shares (HARIS's rounds, M2R, MARCH, the warm start, SC-MAKS's provenance), whatever the agent.
+
+:func:`run_agent_training` wraps :func:`factrl.rl.trainer.train` with a fingerprint of the run's
+inputs (:func:`fingerprint`: params, initial weights, prompts, extras) in the (DVC ``persist``) state
+directory (:func:`prepare_state_dir`), so a killed stage resumes from its last checkpoint while a
+changed input starts over; per-step metrics copied to the DVC plots file; and the final policy saved
+in Hugging Face format with an atomic rename (:func:`save_model`). A run with no prompts passes its
+model on unchanged (:func:`pass_on_unchanged`). The recipe supplies the agent's rollout and reward
+functions; :mod:`factrl.rl.verl_run` runs the same contract on verl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from factrl.agents.registry import AGENTS as AGENT_REGISTRY
+from factrl.config import AgentTrainParams, GRPOParams
+from factrl.io import atomic_path
+
+FINGERPRINT_FILE = "fingerprint.json"
+METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
+# agent -> its params section: HARIS's agents (factrl.agents.registry), M2R's and MARCH's policies
+PARAMS_KEYS = {**{spec.name: spec.params_key for spec in AGENT_REGISTRY.values()}, "m2r": "m2r", "march": "train_march"}
+
+
+def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]:
+    """At most ``max_prompts`` items (0 = all) after a seeded shuffle, so a cap keeps a fair sample."""
+    order = np.random.default_rng(seed).permutation(len(items))
+    picked = [items[i] for i in order]
+    return picked[:max_prompts] if max_prompts > 0 else picked
+
+
+def train_device(agent: str, cfg: AgentTrainParams):
+    """The ``torch.device`` of an agent's training run (policy, engine, trainer, reference, and the
+    models that serve it: the judge, L_r in-process); errors name the params key."""
+    from factrl.hardware import resolve_device
+
+    return resolve_device(cfg.device, key=f"{PARAMS_KEYS[agent]}.device")
+
+
+def grpo_params(p: AgentTrainParams) -> GRPOParams:
+    """The :class:`GRPOParams` part of an agent's train params (what the trainer validates and saves)."""
+    return GRPOParams(**{f.name: getattr(p, f.name) for f in dataclasses.fields(GRPOParams)})
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """Content hash of a Hugging Face model directory (weights and configs), or the name itself
+    for an embedded/hub model."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        return str(model_dir)
+    h = hashlib.sha256()
+    for f in sorted(p for p in d.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(f.relative_to(d).as_posix().encode())
+        h.update(file_digest(f).encode())
+    return h.hexdigest()
+
+
+def fingerprint(cfg: AgentTrainParams, init_model: str, items: Sequence[dict], extra: dict | None = None) -> str:
+    """Hash of everything a run's result depends on: params, initial weights, prompts, extras
+    (e.g. the serving search agent's weights)."""
+    # where the run computes is not what it computes: a run killed on a GPU resumes on a CPU
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    blob = json.dumps({"cfg": settings, "init": model_digest(init_model), "items": list(items),
+                       "extra": extra or {}}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prepare_state_dir(state_dir: Path, digest: str) -> bool:
+    """Keep ``state_dir`` (resume) when it belongs to the same run, else empty it (start over).
+    Returns True when existing checkpoints will be resumed."""
+    marker = state_dir / FINGERPRINT_FILE
+    if marker.exists() and json.loads(marker.read_text())["fingerprint"] == digest:
+        return (state_dir / "checkpoints").is_dir()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"fingerprint": digest}) + "\n")
+    return False
+
+
+def save_model(model, tokenizer, target: Path, info: dict) -> None:
+    """Save in Hugging Face format beside ``target`` and rename into place (never half written)."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "factrl_train.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, target)
+
+
+@dataclasses.dataclass
+class RunResult:
+    rows: list[dict]  # per-step metrics rows
+    resumed: bool  # the run continued from checkpoints of a killed earlier run
+
+
+def run_agent_training(
+    *,
+    agent: str,
+    init_model: str,
+    items: list[dict],
+    cfg: AgentTrainParams,
+    make_fns: Callable[[Any], tuple[Callable, Callable]],
+    state_dir: Path,
+    out_model: Path,
+    metrics_path: Path,
+    extra_fingerprint: dict | None = None,
+    model_tokenizer: tuple | None = None,
+    on_step: Callable[[dict], None] | None = None,
+) -> RunResult:
+    """GRPO of one agent from ``init_model`` on ``items``; ``make_fns(policy_llm)`` returns the
+    ``(rollout_fn, reward_fn)`` pair (the policy LLM shares the trained weights).
+
+    Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
+    prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
+    the final policy to ``out_model``; then drops the checkpoints (the model is the result). The
+    policy, its engine, the trainer and the reference model run on ``cfg.device``; a given
+    ``model_tokenizer`` pair is moved there.
+    """
+    from factrl.hardware import hardware_record, module_bytes
+    from factrl.llm.local import LocalLLM
+    from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.trainer import GRPOTrainer, train, write_metrics
+
+    state_dir = Path(state_dir)
+    metrics_path = Path(metrics_path)
+    if not items:
+        return pass_on_unchanged(agent=agent, init_model=init_model, items=items, cfg=cfg, state_dir=state_dir,
+                                 out_model=out_model, metrics_path=metrics_path, extra_fingerprint=extra_fingerprint,
+                                 model_tokenizer=model_tokenizer)
+    device = train_device(agent, cfg)
+    resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
+    if model_tokenizer is not None:
+        model, tok = model_tokenizer
+        model.to(device)
+    else:
+        model, tok = load_model_and_tokenizer(init_model, device=device)
+    gcfg = grpo_params(cfg)
+    trainer = GRPOTrainer(model, tok, gcfg)
+    policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
+    rollout_fn, reward_fn = make_fns(policy)
+    memory = {**trainer.memory(), "engine_copy": module_bytes(policy.engine_model) if policy.engine_model
+              is not model else 0}
+    hardware = hardware_record(gcfg.precision, device)
+    print(f"{agent}: {hardware['device']}, {hardware['precision']}; memory (GiB): "
+          + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in memory.items())
+          + f"; total {sum(memory.values()) / 2**30:.2f} before activations", flush=True)
+
+    def step_done(row: dict) -> None:
+        shutil.copyfile(state_dir / METRICS_FILE, metrics_path)  # the plots file follows every step
+        print(f"{agent} step {row['step']}/{gcfg.steps}: reward={row['reward_mean']:.3f} "
+              f"format={row.get('format_valid_rate', float('nan')):.2f} kl={row.get('kl', 0.0):.4f} "
+              f"len={row['response_length']:.0f} ({row['step_time']:.1f}s)", flush=True)
+        if on_step is not None:
+            on_step(row)
+
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, on_step=step_done)
+    write_metrics(rows, metrics_path)
+    save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
+                                       "prompts": len(items), "params": dataclasses.asdict(cfg),
+                                       "final": rows[-1] if rows else {}, "hardware": hardware,
+                                       "memory_bytes": memory})
+    shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
+    return RunResult(rows=rows, resumed=resumed)
+
+
+def pass_on_unchanged(*, agent: str, init_model: str, items: list[dict], cfg: AgentTrainParams, state_dir: Path,
+                      out_model: Path, metrics_path: Path, extra_fingerprint: dict | None = None,
+                      model_tokenizer: tuple | None = None) -> RunResult:
+    """No training prompts this round (e.g. synthesis kept no question): the agent passes on
+    unchanged (``out_model`` = ``init_model``), loudly, with an empty metrics file, rather than
+    stopping the whole pipeline."""
+    from factrl.llm.models import load_model_and_tokenizer
+
+    print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
+    prepare_state_dir(Path(state_dir), fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
+    model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
+    with atomic_path(metrics_path) as tmp:  # a header only: the plots file stays parseable
+        tmp.write_text("step,reward_mean\n", encoding="utf-8")
+    save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
+                                       "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
+    return RunResult(rows=[], resumed=False)
+
+
+def summary_line(stage: str, result: RunResult) -> str:
+    """One line for a training stage's log: steps run, final mean reward, whether it resumed."""
+    last = result.rows[-1] if result.rows else {"reward_mean": float("nan")}
+    return (f"{stage}: {len(result.rows)} steps, final reward {last['reward_mean']:.3f}"
+            + (" (resumed)" if result.resumed else ""))

@@ -1,0 +1,42 @@
+"""One agent registry (factrl.agents.registry): every place that names HARIS's agents reads it."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from factrl import config
+from factrl.agents import protocol
+from factrl.agents.registry import AGENTS, agent, by_stage
+from factrl.recipes import train_cli, verl_rounds, warmup
+from factrl.registry import UnknownName
+from factrl.rl import runs
+
+
+def test_one_name_per_agent_everywhere(repo_root):
+    names = set(AGENTS)
+    assert names == {"reason", "search"}
+    assert set(config.AGENTS) == names  # symbolic model names, checkpoint_of
+    assert set(verl_rounds.AGENTS) == names  # the verl forms
+    assert set(warmup.MODEL_NAMES.values()) == names  # the warm start's models/<name>_0
+    assert {runs.PARAMS_KEYS[n] for n in names} == {"train.reasoning", "train.search"}
+    assert set(train_cli.STAGES) == {"train_reason", "train_search"}
+    stages = set(yaml.safe_load((repo_root / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
+    assert {spec.train_stage for spec in AGENTS.values()} <= stages
+    assert {spec.role for spec in AGENTS.values()} == set(protocol.PARSERS)  # a parser per role
+
+
+def test_each_agent_reads_its_own_params_section():
+    train = config.TrainParams()
+    assert agent("reason").train_params(train) is train.reasoning
+    assert agent("search").train_params(train) is train.search
+    assert by_stage("train_reason") is agent("reason")
+
+
+def test_an_unknown_agent_or_stage_is_an_error_listing_the_known_ones():
+    with pytest.raises(UnknownName, match="'reason', 'search'"):
+        agent("reasoning")
+    with pytest.raises(KeyError, match="train_reason"):
+        by_stage("train_march")
+    with pytest.raises(ValueError, match="train_reason@<round> or train_search@<round>"):
+        train_cli.parse_stage("train_march@1")
