@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 # A sentence: up to a terminal mark followed by a space and a capital/digit/quote, or the end. The
 # demo world's and Wikipedia-like passages need no more than this.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[A-Z0-9\"'(\[])")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 STOPWORDS = frozenset("""a an the of in on at to for by with from and or but is are was were be been being
 it its this that these those as into about which who whom whose what when where how than then
@@ -47,7 +47,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of every sentence of ``text``, surrounding whitespace excluded."""
     spans, start = [], 0
     for m in _SENTENCE_END.finditer(text):
-        spans.append((start, m.start()))
+        spans.append((start, m.end(1)))  # closing quotes and brackets stay with their sentence
         start = m.end()
     spans.append((start, len(text)))
     out = []
