@@ -10,22 +10,16 @@ import yaml
 from factrl import config
 
 
-# sections no stage reads, loaded by the code beside their dataclass (not registered in config.SECTIONS,
-# so no stage's import closure grows with them): section -> its loader
-BESIDE_CODE = {"serve": "factrl.service.params.load_serve_params"}
-
-
 def test_every_section_of_repo_params_loads(repo_root):
-    import importlib
+    from factrl.profiles import OTHER_SECTIONS
 
     raw = config.read_params(repo_root / "params.yaml")
-    assert set(raw) == set(config.SECTIONS) | set(BESIDE_CODE), \
-        "params.yaml must list exactly config.SECTIONS and the sections loaded beside their code"
-    for name, loader in BESIDE_CODE.items():
-        module, _, func = loader.rpartition(".")
-        section = getattr(importlib.import_module(module), func)(repo_root / "params.yaml")
+    assert set(raw) == set(config.SECTIONS) | set(OTHER_SECTIONS), \
+        "params.yaml must list exactly config.SECTIONS and profiles.OTHER_SECTIONS (loaded beside their code)"
+    for name, load in OTHER_SECTIONS.items():
+        section = load(repo_root / "params.yaml")
         assert config.from_dict(type(section), config.to_dict(section), name) == section
-    for name in set(raw) - set(BESIDE_CODE):
+    for name in set(raw) - set(OTHER_SECTIONS):
         section = config.load_section(name, repo_root / "params.yaml")
         assert isinstance(section, config.SECTIONS[name])
         # round trip: what to_dict writes loads back to an equal object

@@ -222,3 +222,48 @@ def test_page_and_openapi_are_served(client):
             "/v1/corrections", "/healthz"} <= set(spec["paths"])
     assert "claim" in json.dumps(spec["paths"]["/v1/verify"]["post"]["requestBody"])
     assert client.get("/docs").status_code == 200
+
+
+@pytest.mark.slow
+def test_factrl_serve_verifies_a_claim_end_to_end_with_smollm2(tmp_path, demo_world):
+    """`factrl serve` as a process: real SmolLM2 agents over a demo world's BM25 index, a claim and a
+    two-claim text verified over HTTP, citations only from the passages each claim's searches retrieved."""
+    import sys
+    import time
+
+    import pyarrow.parquet as pq
+    import yaml
+
+    from factrl.servers import free_port, spawn
+
+    claims, index_dir = demo_world
+    passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
+    port = free_port()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "model": {"base": "smollm2-135m"},
+        "serve": {"port": port, "index": str(index_dir), "retrieval_mode": "bm25", "device": "cpu",
+                  "precision": "fp32", "max_turns": 2, "max_new_tokens": 48, "batch_size": 4,
+                  "checkpoints": [{"name": "base", "reason": "base", "search": "base"}],
+                  "corrections_db": str(tmp_path / "c.sqlite")}}))
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "factrl.cli", "serve", "--params", str(tmp_path / "params.yaml")]
+    with spawn(command, f"{url}/healthz", timeout=300, name="factrl serve", log_path=tmp_path / "serve.log"), \
+            httpx.Client(base_url=url, timeout=60) as client:
+        claim = client.post("/v1/verify", json={"claim": claims[0]["claim"]}).json()["job_id"]
+        text = f"{claims[1]['claim']} {claims[2]['claim']}"
+        job = client.post("/v1/verify", json={"text": text}).json()
+        assert job["total"] == 2
+        started = time.monotonic()
+        snaps = [wait_done(client, job_id, timeout=600) for job_id in (claim, job["job_id"])]
+        seconds = time.monotonic() - started
+        assert client.get("/healthz").json()["batches"] <= 2  # the three claims shared at most two batches
+    results = [r for snap in snaps for r in snap["results"]]
+    assert len(results) == 3 and all(r["status"] == "done" for r in results), results
+    for r in results:
+        assert r["verdict"] in ("SUPPORTS", "REFUTES", None) and r["calibrated"] is False
+        assert r["usage"]["model_calls"] >= 1 and r["usage"]["tokens_in"] > 0 and r["cost_usd"] == 0.0
+        retrieved = {h["id"] for q in r["trace"]["questions"] for h in q["retrieved"]}
+        for c in r["citations"]:
+            assert c["passage_id"] in retrieved and passages[c["passage_id"]][c["start"]:c["end"]] == c["quote"]
+    print(f"3 claims in {seconds:.1f} s; verdicts {[r['verdict'] for r in results]}; "
+          f"citations {sum(len(r['citations']) for r in results)}")
