@@ -33,6 +33,6 @@ def test_prepare_command_runs_the_stage(tmp_path, monkeypatch, shared_data, repo
 
 
 def test_serve_commands_have_help():
-    for name in ("serve-retriever", "serve-llm"):
+    for name in ("serve-retriever", "serve-llm", "serve"):
         proc = subprocess.run([sys.executable, "-m", "factrl.cli", name, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0 and "--port" in proc.stdout, proc.stderr

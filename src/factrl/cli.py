@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "eval-table": Command("factrl.eval.report", "print the per-hop accuracy table of metrics/eval.json (--dataset demo)"),
     "train-summary": Command("factrl.rl.curves", "how each curve in metrics/train moved (--block N: block means)"),
     "train": Command("factrl.recipes.train_cli", "run (or --dry-run: print) one training stage on the local or verl backend"),
+    "serve": Command("factrl.service.app", "the verifier as a web service and page: claims, texts, citations, corrections"),
     "serve-agent": Command("factrl.llm.vllm", "serve a checkpoint with `vllm serve` (prints the command; GPU machines)"),
 }
 

@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import argparse
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from factrl.config import PARAMS_FILE, SECTIONS, ConfigError, load_section
 from factrl.io import atomic_path
+from factrl.service.params import SECTION as SERVE
+from factrl.service.params import load_serve_params
 
 PROFILES_DIR = Path("profiles")
+# Sections no stage reads, each loaded by the code beside its dataclass: not in config.SECTIONS, so no
+# stage's import closure (and no stage's DVC dependencies) grows with them. Section -> loader(path).
+OTHER_SECTIONS: dict[str, Callable[[str | Path], Any]] = {SERVE: load_serve_params}
+
+
+def load_any_section(name: str, path: str | Path = PARAMS_FILE) -> Any:
+    """Section ``name`` of ``path`` loaded into its dataclass, a stage's (config.SECTIONS) or another's."""
+    return OTHER_SECTIONS[name](path) if name in OTHER_SECTIONS else load_section(name, path)
 
 
 def _yaml():
@@ -45,9 +56,10 @@ def read_profile(name_or_path: str | Path, profiles_dir: Path = PROFILES_DIR) ->
     data = _yaml().load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a profile must be a mapping of params sections")
-    unknown = set(data) - set(SECTIONS)
+    known = set(SECTIONS) | set(OTHER_SECTIONS)
+    unknown = set(data) - known
     if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}; known: {sorted(SECTIONS)}")
+        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}; known: {sorted(known)}")
     return data
 
 
@@ -66,7 +78,7 @@ def apply_profile(name_or_path: str | Path, params_file: str | Path = PARAMS_FIL
     params_file = Path(params_file)
     data = _yaml().load(params_file.read_text(encoding="utf-8"))
     profile = read_profile(name_or_path, profiles_dir)
-    for section in [s for s in profile if getattr(SECTIONS[s], "MAP_FIELD", None) and s in data]:
+    for section in [s for s in profile if getattr(SECTIONS.get(s), "MAP_FIELD", None) and s in data]:
         data[section] = profile.pop(section)  # keyed collections (rounds) are replaced whole
     merge(data, profile)
     write_params(data, params_file)
@@ -81,7 +93,7 @@ def write_params(data: dict[str, Any], params_file: str | Path) -> Path:
     with atomic_path(Path(params_file)) as tmp:
         tmp.write_text(buf.getvalue(), encoding="utf-8")
         for section in data:  # validate before the rename makes it visible
-            load_section(section, tmp)
+            load_any_section(section, tmp)
     return Path(params_file)
 
 

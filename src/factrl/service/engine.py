@@ -1,0 +1,157 @@
+"""One HARIS checkpoint pair as the service's verifier: a batch of claims in, one JSON-able result each.
+
+The claims of a batch run through :meth:`factrl.agents.haris.Haris.verify` in one call, so the
+project's scheduler batches every agent turn of every claim on the shared engines (as ``evaluate``
+runs HARIS, ``factrl.eval.runner.HarisSystem``). The retriever is wrapped in a
+:class:`RecordingRetriever` for the batch, so each search rollout's hits are known by id: citations
+come only from those (``factrl.service.citations``), and only from passages whose text was in the
+answer that rollout read.
+
+A result (:meth:`HarisVerifier.verify`): ``verdict`` (SUPPORTS / REFUTES / None), ``raw_confidence``,
+``citations``, ``trace`` (every question, its searches, the passages found, the report, and the
+reasoning agent's text), ``usage`` (model calls, tokens in / out, per model) and ``cost_usd``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from factrl.agents.protocol import escape_tags
+from factrl.service.citations import cite, dedupe
+from factrl.service.confidence import raw_confidence
+from factrl.service.usage import Usage, cost_usd, trajectory_usage
+
+log = logging.getLogger(__name__)
+
+
+class RecordingRetriever:
+    """A retriever that remembers the hits it returned for every query (by its stripped text)."""
+
+    def __init__(self, retriever) -> None:
+        self.retriever = retriever
+        self.hits: dict[str, list] = {}
+
+    def search(self, queries: Sequence[str], k: int = 3) -> list[list]:
+        found = self.retriever.search(list(queries), k=k)
+        for query, hits in zip(queries, found):
+            self.hits[query.strip()] = list(hits)
+        return found
+
+
+def seen_hits(search, recorded: Mapping[str, list]) -> list:
+    """The passages one search rollout retrieved *and read*: the hits of each of its queries whose
+    text is in the answers injected into that rollout; each passage once, in rank order."""
+    read = "\n".join(search.trajectory.results)
+    out, ids = [], set()
+    for query in search.trajectory.queries:
+        for hit in recorded.get(query.strip(), []):
+            if hit.id not in ids and escape_tags(hit.text) in read:
+                ids.add(hit.id)
+                out.append(hit)
+    return out
+
+
+@dataclass
+class HarisVerifier:
+    """HARIS at one checkpoint pair over one retriever. ``reason_model`` / ``search_model`` are the
+    LLM specs (what the price table is keyed by); limits as ``evaluate``'s."""
+
+    name: str
+    reason_llm: Any
+    search_llm: Any
+    retriever: Any
+    reason_model: str
+    search_model: str
+    top_k: int = 3
+    max_turns: int = 5
+    max_new_tokens: int = 64
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def verify(self, claims: list[str]) -> list[dict]:
+        """One result per claim (see the module docstring), in order; a batch is one HARIS call."""
+        from factrl.agents.haris import Haris, default_reasoning_params, default_search_params
+        from factrl.agents.tools import RetrieverTool
+
+        recorder = RecordingRetriever(self.retriever)
+        limits = {"max_new_tokens": self.max_new_tokens, "max_turns": self.max_turns}
+        haris = Haris(self.reason_llm, RetrieverTool(recorder, k=self.top_k), search_llm=self.search_llm,
+                      reason_params=default_reasoning_params(**limits),
+                      search_params=default_search_params(**limits))
+        started = time.perf_counter()
+        runs = haris.verify(list(claims))
+        seconds = time.perf_counter() - started
+        return [self._result(run, recorder.hits, seconds, len(claims)) for run in runs]
+
+    def _result(self, run, recorded: Mapping[str, list], seconds: float, batch: int) -> dict:
+        questions, citations = [], []
+        for i, question in enumerate(run.trajectory.queries):
+            search = run.searches[i] if i < len(run.searches) else None
+            read = run.trajectory.results[i] if i < len(run.trajectory.results) else ""
+            hits = seen_hits(search, recorded) if search is not None else []
+            report = (search.report if search is not None else None) or ""
+            questions.append({"question": question,
+                              "searches": list(search.trajectory.queries) if search is not None else [],
+                              "retrieved": [{"id": str(h.id), "title": h.title} for h in hits],
+                              "report": report or None, "result": read})
+            found = cite(question, report or read, hits)
+            if found is not None:
+                citations.append(found)
+        usage = self._usage(run)
+        total = Usage()
+        for u in usage.values():
+            total.add(u)
+        return {
+            "claim": run.claim,
+            "verdict": run.verdict,
+            "raw_confidence": raw_confidence(run),
+            "citations": [c.to_dict() for c in dedupe(citations)],
+            "trace": {"questions": questions, "reasoning": run.trajectory.response_text,
+                      "finish_reason": run.trajectory.finish_reason, "format_valid": run.parse.format_valid,
+                      "format_error": run.parse.error},
+            "usage": {"model_calls": total.calls, "tokens_in": total.tokens_in, "tokens_out": total.tokens_out,
+                      "estimated": total.estimated,
+                      "by_model": {m: vars(u) for m, u in usage.items()}},
+            "cost_usd": cost_usd(usage, self.prices),
+            "engine_seconds": seconds,
+            "batch_size": batch,
+        }
+
+    def _usage(self, run) -> dict[str, Usage]:
+        """Usage per model spec: the reasoning trajectory on the reasoning model, the searches on the search one."""
+        from factrl.agents.haris import prompt_style, reasoning_messages, search_messages
+
+        def chars(messages) -> int:  # a chat-only trajectory's prompt, for its token estimate
+            return sum(len(m["content"]) for m in messages)
+
+        by_model: dict[str, Usage] = {self.reason_model: Usage()}
+        by_model.setdefault(self.search_model, Usage())
+        reason_style, search_style = prompt_style(self.reason_llm), prompt_style(self.search_llm)
+        by_model[self.reason_model].add(
+            trajectory_usage(run.trajectory, chars(reasoning_messages(run.claim, reason_style))))
+        for search in run.searches:
+            if search is not None:
+                by_model[self.search_model].add(
+                    trajectory_usage(search.trajectory, chars(search_messages(search.question, search_style))))
+        return {m: u for m, u in by_model.items() if u.calls or m == self.reason_model}
+
+
+def load_verifiers(checkpoints: Sequence, retriever, *, load_llm: Callable[[str], Any], top_k: int,
+                   max_turns: int, max_new_tokens: int, prices: Mapping[str, tuple[float, float]]
+                   ) -> dict[str, HarisVerifier]:
+    """A verifier per resolved checkpoint (``factrl.service.params.ResolvedCheckpoint``), by name;
+    ``load_llm(spec)`` is called once per distinct model spec (checkpoints share loaded models)."""
+    cache: dict[str, Any] = {}
+
+    def llm(spec: str):
+        if spec not in cache:
+            log.info("serve: loading %s", spec)
+            cache[spec] = load_llm(spec)
+        return cache[spec]
+
+    return {c.name: HarisVerifier(c.name, llm(c.reason), llm(c.search), retriever, c.reason, c.search,
+                                  top_k=top_k, max_turns=max_turns, max_new_tokens=max_new_tokens, prices=prices)
+            for c in checkpoints}

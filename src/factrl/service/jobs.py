@@ -1,0 +1,230 @@
+"""Jobs and the one worker that batches every claim in flight through the verifier.
+
+A request becomes a :class:`Job` of one or more claims. Its claims go onto one queue shared by all
+jobs; a single worker thread (:class:`BatchWorker`) takes the first waiting claim, lets others join
+for up to ``max_wait_s`` or until ``batch_size`` claims are gathered, and runs them in one call of the
+checkpoint's verifier (one per checkpoint present in the batch). While a batch runs, the next one
+gathers, so ten concurrent single-claim requests cost about one batch of ten. The worker owns the
+engines: they are never called from two threads.
+
+A batch that raises is retried claim by claim, so a claim whose model call fails is marked
+``failed`` with its error and the others still get their verdicts.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Verifier(Protocol):
+    """What the worker runs: one result dict per claim (``factrl.service.engine.HarisVerifier``)."""
+
+    def verify(self, claims: list[str]) -> list[dict]:
+        ...
+
+
+@dataclass(frozen=True)
+class ClaimItem:
+    """One claim of a job: ``id`` (the caller's, or its position), and for a claim cut from a text
+    its offsets there (``start``, ``end``)."""
+
+    index: int
+    id: str
+    claim: str
+    start: int | None = None
+    end: int | None = None
+
+
+@dataclass
+class Job:
+    """A request's claims and the results finished so far (``results`` by claim index; ``order``:
+    the indices in the order they finished)."""
+
+    id: str
+    checkpoint: str
+    items: list[ClaimItem]
+    text: str | None = None
+    created: float = field(default_factory=time.time)
+    results: dict[int, dict] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    finished: float | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.items)
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == self.total
+
+    def progress(self) -> dict:
+        failed = sum(1 for r in self.results.values() if r.get("status") == "failed")
+        return {"job_id": self.id, "status": "done" if self.done else "running", "checkpoint": self.checkpoint,
+                "total": self.total, "done": len(self.results), "failed": failed}
+
+    def snapshot(self) -> dict:
+        """Progress, the claims (with offsets for a text), and the results finished so far in claim order."""
+        return self.progress() | {
+            "text": self.text,
+            "claims": [{"index": i.index, "id": i.id, "claim": i.claim, "start": i.start, "end": i.end}
+                       for i in self.items],
+            "results": [self.results[i] for i in sorted(self.results)],
+        }
+
+
+class JobStore:
+    """Jobs by id, in memory; beyond ``max_jobs`` the oldest finished jobs are dropped."""
+
+    def __init__(self, max_jobs: int = 1000) -> None:
+        self.max_jobs = max_jobs
+        self.jobs: OrderedDict[str, Job] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def create(self, checkpoint: str, items: list[ClaimItem], text: str | None = None) -> Job:
+        job = Job(uuid.uuid4().hex, checkpoint, items, text)
+        with self.lock:
+            self.jobs[job.id] = job
+            for old in [j for j in self.jobs.values() if j.done and j is not job][: max(0, len(self.jobs) - self.max_jobs)]:
+                del self.jobs[old.id]
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self.lock:
+            return self.jobs.get(job_id)
+
+    def record(self, job: Job, index: int, result: dict) -> None:
+        with self.lock:
+            job.results[index] = result
+            job.order.append(index)
+            if job.done:
+                job.finished = time.time()
+
+    def finished_since(self, job: Job, position: int) -> list[dict]:
+        """Results that finished after the first ``position`` ones, in finishing order."""
+        with self.lock:
+            return [job.results[i] for i in job.order[position:]]
+
+
+_STOP = object()
+
+
+class BatchWorker:
+    """The thread that runs queued claims in batches (see the module docstring).
+
+    verifiers: by checkpoint name. calibrations: by checkpoint name, objects with ``apply(raw_scores)``
+    and ``calibrated`` (``factrl.service.confidence.Calibration``). ``batches`` lists the
+    (checkpoint, claims) of every batched call, for /healthz, tests and benchmarks.
+    """
+
+    def __init__(self, verifiers: Mapping[str, Verifier], store: JobStore, *, batch_size: int = 16,
+                 max_wait_s: float = 0.05, calibrations: Mapping[str, Any] | None = None) -> None:
+        self.verifiers = verifiers
+        self.store = store
+        self.batch_size = batch_size
+        self.max_wait_s = max_wait_s
+        self.calibrations = dict(calibrations or {})
+        self.queue: queue.Queue = queue.Queue()
+        self.batches: list[tuple[str, int]] = []
+        self.thread = threading.Thread(target=self._run, name="factrl-serve-batcher", daemon=True)
+
+    def start(self) -> BatchWorker:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.queue.put(_STOP)
+        self.thread.join(timeout)
+
+    def submit(self, job: Job) -> None:
+        for item in job.items:
+            self.queue.put((job, item))
+
+    @property
+    def queued(self) -> int:
+        return self.queue.qsize()
+
+    def _gather(self, first) -> tuple[list, bool]:
+        batch, deadline = [first], time.monotonic() + self.max_wait_s
+        while len(batch) < self.batch_size:
+            remaining = deadline - time.monotonic()
+            try:
+                nxt = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is _STOP:
+                return batch, True
+            batch.append(nxt)
+        return batch, False
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self.queue.get()
+            if first is _STOP:
+                break
+            batch, stopping = self._gather(first)
+            groups: dict[str, list] = {}
+            for job, item in batch:
+                groups.setdefault(job.checkpoint, []).append((job, item))
+            for checkpoint, group in groups.items():
+                try:
+                    self._run_group(checkpoint, group)
+                except Exception as err:  # never let the worker die: the claims fail, the service goes on
+                    log.exception("serve: batch of %d claims on %s failed", len(group), checkpoint)
+                    for job, item in group:
+                        if item.index not in job.results:
+                            self.store.record(job, item.index, self._finish(job, item, failure(item, err)))
+
+    def _run_group(self, checkpoint: str, group: list) -> None:
+        verifier = self.verifiers[checkpoint]
+        claims = [item.claim for _, item in group]
+        self.batches.append((checkpoint, len(claims)))
+        try:
+            results = verifier.verify(claims)
+            if len(results) != len(claims):
+                raise RuntimeError(f"verifier {checkpoint!r} returned {len(results)} results for {len(claims)} claims")
+        except Exception as err:
+            if len(group) == 1:
+                results = [failure(group[0][1], err)]
+            else:  # find the failing claim(s): the others keep their verdicts
+                log.warning("serve: a batch of %d claims failed (%s); retrying them one by one", len(group), err)
+                results = [self._alone(verifier, checkpoint, item) for _, item in group]
+        calibration = self.calibrations.get(checkpoint)
+        raw = [r.get("raw_confidence") for r in results]
+        mapped = calibration.apply(raw) if calibration is not None else raw
+        calibrated = bool(calibration is not None and calibration.calibrated)
+        for (job, item), result, confidence in zip(group, results, mapped):
+            if result.get("status") != "failed":
+                result = result | {"status": "done", "confidence": confidence, "calibrated": calibrated}
+            self.store.record(job, item.index, self._finish(job, item, result))
+
+    def _alone(self, verifier: Verifier, checkpoint: str, item: ClaimItem) -> dict:
+        self.batches.append((checkpoint, 1))
+        try:
+            [result] = verifier.verify([item.claim])
+            return result
+        except Exception as err:
+            return failure(item, err)
+
+    @staticmethod
+    def _finish(job: Job, item: ClaimItem, result: dict) -> dict:
+        return result | {"index": item.index, "id": item.id, "claim": item.claim, "start": item.start,
+                         "end": item.end, "checkpoint": job.checkpoint,
+                         "latency_s": round(time.time() - job.created, 4)}
+
+
+def failure(item: ClaimItem, err: BaseException) -> dict:
+    """The result of a claim whose verification raised."""
+    return {"status": "failed", "error": f"{type(err).__name__}: {err}", "verdict": None, "confidence": None,
+            "raw_confidence": None, "calibrated": False, "citations": [], "trace": None, "usage": None,
+            "cost_usd": None}

@@ -1,0 +1,78 @@
+"""A fake verifier and a service around it, for the service's unit tests (no model runs)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from factrl.service.app import Service, create_app
+from factrl.service.corrections import CorrectionStore
+from factrl.service.jobs import BatchWorker, JobStore
+from factrl.service.params import ServeParams
+
+PASSAGE = "Orsa is a company. Orsa was founded by Ilse Parrow in Tessik."
+
+
+class FakeVerifier:
+    """Answers SUPPORTS for claims containing 'true', else REFUTES; ``calls`` records every batch.
+    A claim containing 'boom' makes the whole call raise, as a failing model call would."""
+
+    def __init__(self, delay: float = 0.0):
+        self.calls: list[list[str]] = []
+        self.delay = delay
+        self.lock = threading.Lock()
+
+    def verify(self, claims: list[str]) -> list[dict]:
+        with self.lock:
+            self.calls.append(list(claims))
+        time.sleep(self.delay)
+        if any("boom" in c for c in claims):
+            raise RuntimeError("model call failed")
+        start = PASSAGE.index("Orsa was")
+        citation = {"passage_id": "p1", "title": "Orsa", "quote": PASSAGE[start:], "start": start,
+                    "end": len(PASSAGE), "question": "Who founded Orsa?", "report": "Ilse Parrow founded Orsa.",
+                    "overlap": 3, "passage_text": PASSAGE}
+        return [{"claim": c, "verdict": "SUPPORTS" if "true" in c else "REFUTES", "raw_confidence": 0.75,
+                 "citations": [citation], "trace": {"questions": [], "reasoning": ""},
+                 "usage": {"model_calls": 2, "tokens_in": 100, "tokens_out": 10, "estimated": False, "by_model": {}},
+                 "cost_usd": 0.0, "engine_seconds": self.delay, "batch_size": len(claims)} for c in claims]
+
+
+class FixedCalibration:
+    """A calibration map that halves every raw score."""
+
+    calibrated = True
+
+    def apply(self, raw):
+        return [None if r is None else r / 2 for r in raw]
+
+
+PROVENANCE = {"checkpoint_hash": "aaaa+bbbb", "index_hash": "cccc", "params_hash": "dddd"}
+
+
+def make_service(tmp_path: Path, verifiers: dict | None = None, *, token: str | None = None, calibrations=None,
+                 **params) -> Service:
+    """A started service over fake verifiers (default: one FakeVerifier named ``demo``)."""
+    verifiers = verifiers or {"demo": FakeVerifier()}
+    serve = ServeParams(**({"corrections_db": str(tmp_path / "corrections.sqlite")} | params))
+    store = JobStore(serve.max_jobs)
+    worker = BatchWorker(verifiers, store, batch_size=serve.batch_size, max_wait_s=serve.max_wait_ms / 1000,
+                         calibrations=calibrations).start()
+    return Service(serve, worker, store, CorrectionStore(serve.corrections_db),
+                   {name: PROVENANCE for name in verifiers}, token)
+
+
+def app_of(service: Service):
+    return create_app(service)
+
+
+def wait_done(client, job_id: str, timeout: float = 20.0, headers=None) -> dict:
+    """Poll GET /v1/jobs/{id} until the job is done; its snapshot."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = client.get(f"/v1/jobs/{job_id}", headers=headers or {}).json()
+        if snap["status"] == "done":
+            return snap
+        assert time.monotonic() < deadline, f"job not done in {timeout}s: {snap}"
+        time.sleep(0.02)

@@ -1,0 +1,269 @@
+"""factrl serve's HTTP API over a fake verifier: jobs, batching, limits, bad input, the token, corrections."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from factrl.data.sources import read_claims
+from factrl.service.app import ServeError, bearer_token, main
+from tests.servers import running_app
+from tests.service.fakes import PASSAGE, FakeVerifier, FixedCalibration, app_of, make_service, wait_done
+
+
+@pytest.fixture
+def service(tmp_path):
+    svc = make_service(tmp_path)
+    yield svc
+    svc.worker.stop()
+
+
+@pytest.fixture
+def client(service):
+    return TestClient(app_of(service))
+
+
+def test_claim_job_lifecycle(client):
+    answer = client.post("/v1/verify", json={"claim": "This is true."})
+    assert answer.status_code == 200, answer.text
+    job = wait_done(client, answer.json()["job_id"])
+    assert (job["done"], job["total"], job["failed"]) == (1, 1, 0)
+    [result] = job["results"]
+    assert result["verdict"] == "SUPPORTS" and result["status"] == "done" and result["claim"] == "This is true."
+    # no calibration: the confidence is the raw score, and the result says so
+    assert result["confidence"] == result["raw_confidence"] == 0.75 and result["calibrated"] is False
+    assert result["usage"]["model_calls"] == 2 and result["cost_usd"] == 0.0 and result["latency_s"] >= 0
+
+
+def test_text_is_split_into_claims_with_offsets_and_results_stream_as_jsonl(client):
+    text = "Orsa is true. Ilse was born in Varna!  Tessik is a city?"
+    answer = client.post("/v1/verify", json={"text": text}).json()
+    assert answer["total"] == 3
+    for claim in answer["claims"]:
+        assert text[claim["start"]:claim["end"]] == claim["claim"]
+    lines = client.get(f"/v1/jobs/{answer['job_id']}/results.jsonl").text.splitlines()
+    results = sorted((json.loads(line) for line in lines), key=lambda r: r["index"])
+    assert [r["claim"] for r in results] == [c["claim"] for c in answer["claims"]]
+    assert [r["verdict"] for r in results] == ["SUPPORTS", "REFUTES", "REFUTES"]
+    assert all(text[r["start"]:r["end"]] == r["claim"] for r in results)
+
+
+def test_a_failing_claim_is_marked_failed_and_the_others_keep_their_verdicts(tmp_path):
+    fake = FakeVerifier()
+    svc = make_service(tmp_path, {"demo": fake}, batch_size=8, max_wait_ms=300)
+    try:
+        client = TestClient(app_of(svc))
+        body = "\n".join(json.dumps({"id": f"c{i}", "claim": c}) for i, c in enumerate(["a true one", "boom", "false"]))
+        job = wait_done(client, client.post("/v1/verify/batch", content=body).json()["job_id"])
+    finally:
+        svc.worker.stop()
+    by_id = {r["id"]: r for r in job["results"]}
+    assert job["failed"] == 1 and by_id["c1"]["status"] == "failed" and "model call failed" in by_id["c1"]["error"]
+    assert by_id["c0"]["verdict"] == "SUPPORTS" and by_id["c2"]["verdict"] == "REFUTES"
+    assert fake.calls[0] == ["a true one", "boom", "false"]  # one batch first, then claim by claim
+
+
+def test_calibration_maps_the_raw_score(tmp_path):
+    svc = make_service(tmp_path, calibrations={"demo": FixedCalibration()})
+    try:
+        client = TestClient(app_of(svc))
+        [result] = wait_done(client, client.post("/v1/verify", json={"claim": "x"}).json()["job_id"])["results"]
+    finally:
+        svc.worker.stop()
+    assert result["raw_confidence"] == 0.75 and result["confidence"] == 0.375 and result["calibrated"] is True
+
+
+def test_concurrent_requests_run_as_one_batched_call(tmp_path):
+    """Ten clients at once over real HTTP (uvicorn on 127.0.0.1): one verifier call of ten claims."""
+    fake = FakeVerifier()
+    svc = make_service(tmp_path, {"demo": fake}, batch_size=10, max_wait_ms=5000)
+    try:
+        with running_app(app_of(svc)) as url:
+            ids, barrier = [], threading.Barrier(10)
+
+            def ask(i: int) -> None:
+                barrier.wait()
+                ids.append(httpx.post(f"{url}/v1/verify", json={"claim": f"claim {i} is true"}, timeout=30).json()["job_id"])
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(10)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            with httpx.Client(base_url=url, timeout=30) as client:
+                jobs = [wait_done(client, job_id) for job_id in ids]
+    finally:
+        svc.worker.stop()
+    assert len(fake.calls) == 1 and sorted(fake.calls[0]) == sorted(f"claim {i} is true" for i in range(10))
+    assert all(job["results"][0]["batch_size"] == 10 for job in jobs)
+    assert svc.worker.batches == [("demo", 10)]
+
+
+@pytest.mark.parametrize("body, line, field", [
+    ('{"id": "a", "claim": "ok"}\n{"id": "b"}\n', 2, "claim"),
+    ('{"id": "a", "claim": "ok"}\n\n{"id": "c", "claim": 5}\n', 3, "claim"),
+    ('{"id": "a", "claim": "ok"}\n{"id": "a", "claim": "again"}\n', 2, "id"),
+    ('{"id": [1], "claim": "ok"}\n', 1, "id"),
+    ('{"id": "a", "claim": "   "}\n', 1, "claim"),
+])
+def test_a_bad_batch_line_is_a_422_naming_line_and_field(client, body, line, field):
+    answer = client.post("/v1/verify/batch", content=body)
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith(f"line {line}: field '{field}'"), answer.json()
+
+
+def test_malformed_batch_json_names_the_line(client):
+    answer = client.post("/v1/verify/batch", content='{"id": "a", "claim": "ok"}\n{"id": \n')
+    assert answer.status_code == 422 and answer.json()["detail"].startswith("line 2: malformed JSON")
+
+
+def test_bad_and_oversized_input(tmp_path):
+    svc = make_service(tmp_path, max_claim_chars=20, max_text_chars=50, max_body_bytes=400, max_claims_per_job=3)
+    try:
+        client = TestClient(app_of(svc))
+        cases = [
+            ({"claim": "x" * 21}, 413, "serve.max_claim_chars"),
+            ({"text": "A b. " * 11}, 413, "serve.max_text_chars"),
+            ({"text": "A. B. C. D."}, 413, "serve.max_claims_per_job"),
+            ({"claim": "  "}, 422, "empty claim"),
+            ({"text": ""}, 422, "empty text"),
+            ({"claim": "a", "text": "b"}, 422, "exactly one"),
+            ({}, 422, "exactly one"),
+            ({"claim": "a", "checkpoint": "nope"}, 422, "unknown checkpoint 'nope'"),
+            ({"claim": "a", "colour": "red"}, 422, "colour"),
+        ]
+        for body, status, message in cases:
+            answer = client.post("/v1/verify", json=body)
+            assert answer.status_code == status and message in answer.json()["detail"], (body, answer.text)
+        big = client.post("/v1/verify/batch", content="\n".join(json.dumps({"claim": "c" * 10}) for _ in range(40)))
+        assert big.status_code == 413 and "serve.max_body_bytes" in big.json()["detail"]
+        assert client.post("/v1/verify", content=b"not json").status_code == 422
+        assert client.get("/v1/jobs/none").status_code == 404
+    finally:
+        svc.worker.stop()
+
+
+def test_bound_beyond_loopback_the_token_is_required(tmp_path, monkeypatch, caplog):
+    assert bearer_token("127.0.0.1", "FACTRL_SERVE_TOKEN", {}) is None
+    assert bearer_token("localhost", "FACTRL_SERVE_TOKEN", {}) is None
+    with pytest.raises(ServeError, match="set the environment variable MY_TOKEN"):
+        bearer_token("0.0.0.0", "MY_TOKEN", {})
+    with pytest.raises(ServeError, match="MY_TOKEN"):
+        bearer_token("10.1.2.3", "MY_TOKEN", {"MY_TOKEN": "  "})
+    assert bearer_token("0.0.0.0", "MY_TOKEN", {"MY_TOKEN": "s3cret"}) == "s3cret"
+
+    # `factrl serve --host 0.0.0.0` without the variable refuses to start, before loading anything
+    params = tmp_path / "params.yaml"
+    params.write_text("serve: {token_env: FACTRL_TEST_TOKEN, index: nowhere}\n")
+    monkeypatch.delenv("FACTRL_TEST_TOKEN", raising=False)
+    with pytest.raises(SystemExit, match="FACTRL_TEST_TOKEN"):
+        main(["--params", str(params), "--host", "0.0.0.0"])
+
+    caplog.set_level(logging.DEBUG)
+    svc = make_service(tmp_path, token="s3cret-token")
+    try:
+        client = TestClient(app_of(svc))
+        assert client.post("/v1/verify", json={"claim": "a"}).status_code == 401
+        assert client.post("/v1/verify", json={"claim": "a"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        good = {"Authorization": "Bearer s3cret-token"}
+        job = client.post("/v1/verify", json={"claim": "a true one"}, headers=good)
+        assert job.status_code == 200
+        wait_done(client, job.json()["job_id"], headers=good)
+        assert client.get("/healthz").json()["auth"] is True  # liveness needs no token
+        assert client.get("/v1/corrections").status_code == 401
+    finally:
+        svc.worker.stop()
+    assert "s3cret-token" not in caplog.text
+
+
+def test_corrections_round_trip_and_export_read_back_by_the_claim_reader(client, tmp_path):
+    job_id = client.post("/v1/verify", json={"claim": "Orsa was founded by Ilse Parrow, true."}).json()["job_id"]
+    wait_done(client, job_id)
+    bad = client.post("/v1/corrections", json={"job_id": job_id, "index": 0, "corrected_verdict": "REFUTES",
+                                               "reviewer": "ana", "passage_id": "p9"})
+    assert bad.status_code == 422 and "not cited" in bad.json()["detail"]
+    assert client.post("/v1/corrections", json={"job_id": job_id, "index": 0, "corrected_verdict": "MAYBE",
+                                                "reviewer": "ana"}).status_code == 422
+    assert client.post("/v1/corrections", json={"job_id": job_id, "index": 0, "corrected_verdict": "REFUTES",
+                                                "reviewer": " "}).status_code == 422
+    saved = client.post("/v1/corrections", json={"job_id": job_id, "index": 0, "corrected_verdict": "REFUTES",
+                                                 "reviewer": "ana", "passage_id": "p1"})
+    assert saved.status_code == 200, saved.text
+    stored = saved.json()
+    assert stored["original_verdict"] == "SUPPORTS" and stored["accepted"] is False
+    assert stored["checkpoint"] == "demo" and stored["index_hash"] == "cccc" and stored["created_utc"]
+    assert [c["id"] for c in client.get("/v1/corrections").json()] == [stored["id"]]
+
+    for fmt in ("parquet", "jsonl"):
+        answer = client.get(f"/v1/corrections/export?format={fmt}")
+        assert answer.status_code == 200
+        path = tmp_path / f"export.{fmt}"
+        path.write_bytes(answer.content)
+        [row] = read_claims(path).to_pylist()
+        assert row["claim"] == "Orsa was founded by Ilse Parrow, true." and row["label"] == "REFUTES"
+        assert row["evidence_ids"] == ["p1"] and row["evidence"] == [PASSAGE[PASSAGE.index("Orsa was"):]]
+        provenance = json.loads(row["explanation"])
+        assert provenance["reviewer"] == "ana" and provenance["checkpoint_hash"] == "aaaa+bbbb"
+        assert row["source"] == "corrections"
+    assert client.get("/v1/corrections/export?format=csv").status_code == 422
+
+
+def test_page_and_openapi_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert "/v1/corrections" in client.get("/static/app.js").text
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/verify", "/v1/verify/batch", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/results.jsonl",
+            "/v1/corrections", "/healthz"} <= set(spec["paths"])
+    assert "claim" in json.dumps(spec["paths"]["/v1/verify"]["post"]["requestBody"])
+    assert client.get("/docs").status_code == 200
+
+
+@pytest.mark.slow
+def test_factrl_serve_verifies_a_claim_end_to_end_with_smollm2(tmp_path, demo_world):
+    """`factrl serve` as a process: real SmolLM2 agents over a demo world's BM25 index, a claim and a
+    two-claim text verified over HTTP, citations only from the passages each claim's searches retrieved."""
+    import sys
+    import time
+
+    import pyarrow.parquet as pq
+    import yaml
+
+    from factrl.servers import free_port, spawn
+
+    claims, index_dir = demo_world
+    passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
+    port = free_port()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "model": {"base": "smollm2-135m"},
+        "serve": {"port": port, "index": str(index_dir), "retrieval_mode": "bm25", "device": "cpu",
+                  "precision": "fp32", "max_turns": 2, "max_new_tokens": 48, "batch_size": 4,
+                  "checkpoints": [{"name": "base", "reason": "base", "search": "base"}],
+                  "corrections_db": str(tmp_path / "c.sqlite")}}))
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "factrl.cli", "serve", "--params", str(tmp_path / "params.yaml")]
+    with spawn(command, f"{url}/healthz", timeout=300, name="factrl serve", log_path=tmp_path / "serve.log"), \
+            httpx.Client(base_url=url, timeout=60) as client:
+        claim = client.post("/v1/verify", json={"claim": claims[0]["claim"]}).json()["job_id"]
+        text = f"{claims[1]['claim']} {claims[2]['claim']}"
+        job = client.post("/v1/verify", json={"text": text}).json()
+        assert job["total"] == 2
+        started = time.monotonic()
+        snaps = [wait_done(client, job_id, timeout=600) for job_id in (claim, job["job_id"])]
+        seconds = time.monotonic() - started
+        assert client.get("/healthz").json()["batches"] <= 2  # the three claims shared at most two batches
+    results = [r for snap in snaps for r in snap["results"]]
+    assert len(results) == 3 and all(r["status"] == "done" for r in results), results
+    for r in results:
+        assert r["verdict"] in ("SUPPORTS", "REFUTES", None) and r["calibrated"] is False
+        assert r["usage"]["model_calls"] >= 1 and r["usage"]["tokens_in"] > 0 and r["cost_usd"] == 0.0
+        retrieved = {h["id"] for q in r["trace"]["questions"] for h in q["retrieved"]}
+        for c in r["citations"]:
+            assert c["passage_id"] in retrieved and passages[c["passage_id"]][c["start"]:c["end"]] == c["quote"]
+    print(f"3 claims in {seconds:.1f} s; verdicts {[r['verdict'] for r in results]}; "
+          f"citations {sum(len(r['citations']) for r in results)}")
