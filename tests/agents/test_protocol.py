@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factrl.agents.protocol import (
-    ALL_TAGS, Segment, escape_tags, format_valid, parse_reasoning, parse_search, parse_tags,
+    ALL_TAGS, Segment, boxed_spans, escape_tags, extract_boxed, format_valid, parse_reasoning, parse_search,
+    parse_tags,
 )
 
 GOOD_REASONING = (
@@ -124,3 +125,10 @@ def test_parsers_never_raise_on_any_unicode(text):
     parse_tags(text)
     parse_reasoning(text)
     parse_search(text)
+
+
+def test_extract_boxed_balances_braces():
+    assert extract_boxed(r"a \boxed{180.0} b \boxed{\text{x}} c \boxed{open") == ["180.0", r"\text{x}"]
+    assert extract_boxed("none") == []
+    text = r"x \boxed{ {a} } y"
+    assert boxed_spans(text) == [(2, len(text) - 2, "{a}")]  # spans cover the whole box; content stripped

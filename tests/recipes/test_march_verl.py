@@ -11,7 +11,7 @@ import pytest
 from factrl.agents import march
 from factrl.agents.march import run_march, score_episode
 from factrl.recipes.march_verl import MARCH, item_of, march_row
-from factrl.rewards.registry import get_reward
+from factrl.rewards.march import zero_tolerance_reward
 from tests.agents.test_march import ITEM, MISSING, answering_checker, scripted
 from tests.verl_standin import StandInServer, build_loop, cpu_config, run_loops
 
@@ -51,7 +51,7 @@ def test_the_verl_loop_plays_the_local_episode_and_scores_it_in_the_loop(config,
     local = run_march(llm, [ITEM, MISSING], params)
     verl_llm, seen = scripted(replies)
     outs, server = verl_episodes(config, verl_llm, [ITEM, MISSING], checker_samples=3, anchor_question=anchor)
-    ztr = get_reward("march_ztr")
+    ztr = zero_tolerance_reward
     for out, episode in zip(outs, local):
         assert out.prompt_ids == episode.solver.prompt_ids  # the solver's trajectory is the row's sequence
         assert out.response_ids == episode.solver.response_ids

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.rewards import get_reward
-from factrl.rewards.haris import reasoning_reward, search_rewards
+from factrl.rewards.haris import REWARDS, reasoning_reward, search_rewards
+from factrl.rewards.registry import RewardKind
 
 REASONING_OK = (
     "<think>I need the director's birthplace.</think>"
@@ -160,9 +160,11 @@ def test_search_rewards_checks_batch_and_judge_sizes():
         search_rewards([SEARCH_OK.format(report="r")], ["q"], ["a"], ShortJudge())
 
 
-def test_registered_by_name():
-    assert get_reward("haris_reasoning") is reasoning_reward
-    assert get_reward("haris_search") is search_rewards
+def test_registered_by_name_with_their_kinds():
+    assert REWARDS["haris_reasoning"].fn is reasoning_reward
+    assert REWARDS["haris_reasoning"].kind is RewardKind.CLAIM_VERDICT
+    assert REWARDS["haris_search"].fn is search_rewards
+    assert REWARDS["haris_search"].kind is RewardKind.SEARCH_REPORT
 
 
 def test_hop_credit_ranks_rollouts_that_got_further_along_the_chain():

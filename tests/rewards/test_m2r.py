@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.rewards.m2r import ALPHA, BETA, extract_boxed, m2r_reward
+from factrl.rewards.m2r import ALPHA, BETA, REWARDS, m2r_reward
+from factrl.rewards.registry import RewardKind, choose_reward
 from factrl.text import token_f1
 
 
@@ -34,11 +35,6 @@ def test_zero_f1_falls_back_to_the_format_reward(answer, fmt, expected):
     assert r.score == expected and r.format_valid is fmt
 
 
-def test_extract_boxed_balances_braces():
-    assert extract_boxed(r"a \boxed{180.0} b \boxed{\text{x}} c \boxed{open") == ["180.0", r"\text{x}"]
-    assert extract_boxed("none") == []
-
-
 def test_the_weights_alpha_and_beta_scale_their_scores():
     # final answer "Paris France" vs gold "Paris": F1 2/3; key info "Paris": s_key 1; s_cons F1 2/3
     r = m2r_reward("Paris France", ["Paris"], format_valid=True, key_info=["Paris"], alpha=0.5, beta=0.25)
@@ -49,9 +45,7 @@ def test_the_weights_alpha_and_beta_scale_their_scores():
     assert m2r_reward("Rome", ["Paris"], format_valid=True, key_info=["Paris"]).score == 0.1
 
 
-def test_the_m2r_reward_is_selected_by_name():
-    from factrl.rewards.registry import get_reward
-
-    assert get_reward("m2r") is m2r_reward
+def test_the_m2r_reward_is_selected_by_name_as_an_answer_reward():
+    assert choose_reward("m2r", RewardKind.ANSWER, REWARDS) is m2r_reward
     with pytest.raises(KeyError, match="m2r.reward"):
-        get_reward("m2r_typo", key="m2r.reward")
+        choose_reward("m2r_typo", RewardKind.ANSWER, REWARDS, key="m2r.reward")

@@ -74,7 +74,7 @@ def test_verifier_rewards_guard_each_answer_then_shape_by_name():
     np.testing.assert_allclose(verifier_rewards("maporl_cumulative", v, answers),
                                [[1.0, (PENALTY + 0.0) / 2], [1.0, 0.0]])
     np.testing.assert_allclose(verifier_rewards("maporl_influence", v, None), influence_aware_reward(v))
-    assert set(SHAPES) <= set(__import__("factrl.rewards", fromlist=["REWARDS"]).REWARDS)
+    assert set(SHAPES) == {"maporl_immediate", "maporl_cumulative", "maporl_influence"}
     with pytest.raises(ValueError, match="maporl_cumulative"):
         verifier_rewards("cumulative", v)
     with pytest.raises(ValueError, match="2 turns x 2 agents"):
@@ -82,9 +82,10 @@ def test_verifier_rewards_guard_each_answer_then_shape_by_name():
 
 
 def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_output():
-    from factrl.rewards.registry import get_reward
+    from factrl.rewards import haris, maporl
+    from factrl.rewards.registry import RewardKind, choose_reward
 
-    fn = get_reward("maporl_reasoning")
+    fn = choose_reward("maporl_reasoning", RewardKind.CLAIM_VERDICT, haris.REWARDS, maporl.REWARDS)
     think = "<think>" + "The founder of Orlen Studios is Ilse Parrow, who was born in Tessik. " * 6 + "</think>"
     report = "<result>" + "Tessik Tessik Tessik Tessik Tessik Tessik " * 3 + "</result>"  # injected: not judged
     good = think + "<question>Who founded Orlen Studios?</question>" + report + \
@@ -96,7 +97,7 @@ def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_ou
     short = "<think>ok</think><verification>\\boxed{Refute}</verification>"
     assert fn(short, "REFUTES").score == PENALTY  # a right verdict without reasoning: too short
     with pytest.raises(KeyError, match="train.reasoning.reward"):
-        get_reward("maporl_reasonin", key="train.reasoning.reward")
+        choose_reward("maporl_reasonin", RewardKind.CLAIM_VERDICT, maporl.REWARDS, key="train.reasoning.reward")
 
 
 def test_the_debate_selects_a_verifier_reward_by_name_and_shapes_each_members_turns():
@@ -105,7 +106,7 @@ def test_the_debate_selects_a_verifier_reward_by_name_and_shapes_each_members_tu
     from factrl.config import ConfigError, DebateParams
     from factrl.recipes.scmaks import debate_plan, debate_verifier_rewards
 
-    with pytest.raises(ConfigError, match=r"debate.verifier_reward: unknown verifier reward 'maporl_cumul'"):
+    with pytest.raises(ConfigError, match=r"debate.verifier_reward: unknown reward 'maporl_cumul'.*'maporl_cumulative'"):
         debate_plan(DebateParams(verifier_reward="maporl_cumul"))
     params = DebateParams(verifier_reward="maporl_cumulative", verifier_min_tokens=3)
     debate_plan(params)

@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
-from factrl.agents.protocol import Segment, escape_tags, parse_tags, sequence_error, span_error, tag_regex
+from factrl.agents.protocol import (Segment, boxed_spans, escape_tags, parse_tags, sequence_error, span_error,
+                                    tag_regex)
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import RetrieverTool, Toolbox
 from factrl.llm.base import Message
-from factrl.rewards.m2r import boxed_spans
 from factrl.text import normalize_answer
 
 THINK_TAGS = ("think", "macro_tool_call", "macro_result", "key_info_save", "answer")

@@ -119,6 +119,29 @@ def boxed_verdict(text: str) -> str | None:
     return found
 
 
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every ``\\boxed{...}`` in ``text`` (nested braces balanced), in order:
+    the answer format of M2R's answers and MAPoRL's guards, beside :func:`boxed_verdict`."""
+    out: list[tuple[int, int, str]] = []
+    start = 0
+    while (i := text.find("\\boxed{", start)) != -1:
+        j = i + len("\\boxed{")
+        depth, k = 1, j
+        while k < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            k += 1
+        if depth:  # no closing brace: nothing more to extract
+            break
+        out.append((i, k, text[j : k - 1].strip()))
+        start = k
+    return out
+
+
+def extract_boxed(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` in ``text``, in order."""
+    return [content for _, _, content in boxed_spans(text)]
+
+
 def span_error(segments: list[Segment], allowed: tuple[str, ...], containers: tuple[str, ...] = ("result",),
                tag_re: re.Pattern = _TAG_RE) -> str | None:
     """First violation of: only ``allowed`` tags, all closed, no loose text, no tag inside a span

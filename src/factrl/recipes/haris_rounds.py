@@ -27,8 +27,13 @@ from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.config import AgentTrainParams, ReasonTrainParams, RoundParams, SearchTrainParams, chain_entry
 from factrl.rl.runs import select_prompts
-from factrl.rewards.haris import QuestionRule
-from factrl.rewards.registry import get_reward
+from factrl.rewards import haris as haris_rewards
+from factrl.rewards import maporl as maporl_rewards
+from factrl.rewards.haris import QuestionRule, with_hop_credit
+from factrl.rewards.registry import RewardKind, choose_reward
+
+# the reward families train.reasoning.reward may name (haris_reasoning, maporl_reasoning)
+REASONING_FAMILIES = (haris_rewards.REWARDS, maporl_rewards.REWARDS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,8 +114,9 @@ def search_judge(name: str, threshold: float, model: str, device="auto"):
 
 def search_reward_fn(judge, reward: str = "haris_search") -> Callable:
     """``(items, trajectories) -> RewardResults``: the judge sees each well-formed report and the
-    teacher's pseudo answer of its question (one batched judge call per step)."""
-    fn = get_reward(reward)
+    teacher's pseudo answer of its question (one batched judge call per step); ``reward``: a
+    ``search_report`` reward of the haris family."""
+    fn = choose_reward(reward, RewardKind.SEARCH_REPORT, haris_rewards.REWARDS)
 
     def score(items: list[dict], trajectories: list) -> list:
         return fn([t.response_text for t in trajectories], [it["question"] for it in items],
@@ -136,10 +142,9 @@ def reasoning_reward_fn(reward: str = "haris_reasoning", *, require_question: Qu
     """``(items, trajectories) -> RewardResults`` of the verdicts against the gold labels;
     ``require_question``: the "ask before you decide" rule (``rewards.haris.questions_required``);
     ``hop_reward``: per-hop shaping (:func:`factrl.rewards.haris.with_hop_credit`) with each claim's
-    gold hop answers by claim id (:func:`hop_answers_of`)."""
-    from factrl.rewards.haris import with_hop_credit
-
-    fn = get_reward(reward, key="train.reasoning.reward")
+    gold hop answers by claim id (:func:`hop_answers_of`); ``reward``: a ``claim_verdict`` reward of
+    the haris or maporl family."""
+    fn = choose_reward(reward, RewardKind.CLAIM_VERDICT, *REASONING_FAMILIES, key="train.reasoning.reward")
     answers = hop_answers or {}
 
     def score(items: list[dict], trajectories: list) -> list:

@@ -31,8 +31,9 @@ from factrl.agents.loop import run_loops
 from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
 from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, chain_entry
 from factrl.rl import runs
-from factrl.rewards.m2r import extract_boxed
-from factrl.rewards.registry import get_reward
+from factrl.agents.protocol import extract_boxed
+from factrl.rewards import m2r as m2r_rewards
+from factrl.rewards.registry import RewardKind, choose_reward
 from factrl.text import first_sentence, max_token_f1, normalize_answer
 
 AGENT = m2r.AGENT
@@ -55,8 +56,9 @@ def find_stage(stages: Sequence[M2RStageParams], stage_id: int) -> M2RStageParam
 
 
 def reward_function(name: str) -> Callable:
-    """The reward registered as ``name``; an unknown name is an error naming ``m2r.reward``."""
-    return get_reward(name, key="m2r.reward")
+    """The ``answer`` reward registered as ``name`` in the m2r family; another name is an error naming
+    ``m2r.reward``."""
+    return choose_reward(name, RewardKind.ANSWER, m2r_rewards.REWARDS, key="m2r.reward")
 
 
 def rollout_params(p: M2RParams, **kw) -> RolloutParams:

@@ -6,8 +6,9 @@ demo world's numeric facts (``factrl.data.world.numeric_questions``: years, coun
     base model --warm start on reference episodes (optional)--> pi_0 --evaluate on held-out questions
         --GRPO: solver + checker trajectories, reward by name (march_ztr / march_err)--> pi_T --evaluate
 
-The reward is looked up by name in the rewards registry and called with the episode's claims
-(``MarchEpisode.claims``); nothing here knows which reward it is. Each training episode trains as its
+The reward is an ``episode`` reward of the march family (``factrl.rewards.march``), chosen by name
+(:func:`episode_reward`) and called with the episode's claims (``MarchEpisode.claims``); nothing here
+knows which one it is. Each training episode trains as its
 solver trajectory and its first checker sample (``train_roles``), each role in its own GRPO group per
 question (``factrl.rl.trainer.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
 ``TrainMarchParams``). With ``anchor_question`` the checker also answers the asked question, so an
@@ -31,7 +32,6 @@ failures by role. The stage's results file adds the per-step curves, wall time a
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import re
 import time
@@ -44,7 +44,8 @@ import numpy as np
 from factrl.agents import march as agent
 from factrl.config import ConfigError, TrainMarchParams, WorldParams
 from factrl.data.world import numeric_questions
-from factrl.rewards.registry import REWARDS, RewardResult, get_reward
+from factrl.rewards import march as march_rewards
+from factrl.rewards.registry import RewardKind, RewardResult, choose_reward
 from factrl.rl import verl_backend
 
 ROLES_TRAINED = ("solver", "checker")  # the roles with a trajectory to train (the proposer only extracts)
@@ -58,18 +59,19 @@ NO_EVIDENCE = "No document gives this number."  # the checker's evidence line wh
 # --------------------------------------------------------------------------------------------
 
 
+def episode_reward(name: str) -> Callable:
+    """The ``episode`` reward ``name`` of the march family (``(solver, checker) -> RewardResult``); an
+    :class:`~factrl.registry.UnknownName` (a KeyError) naming ``train_march.reward`` when it is none:
+    unknown, of another family, or of another kind (:class:`~factrl.rewards.registry.WrongRewardKind`)."""
+    return choose_reward(name, RewardKind.EPISODE, march_rewards.REWARDS, key="train_march.reward")
+
+
 def check_params(p: TrainMarchParams, where: str = WHERE) -> None:
     """Names and sizes the section's dataclass cannot check; a :class:`ConfigError` naming the key."""
     try:
-        fn = get_reward(p.reward)
+        episode_reward(p.reward)
     except KeyError as exc:
-        raise ConfigError(f"{where}.reward: {exc}") from None
-    params = inspect.signature(fn).parameters
-    if list(params)[:2] != ["solver", "checker"]:
-        claim_rewards = sorted(n for n, f in REWARDS.items() if list(inspect.signature(f).parameters)[:2]
-                               == ["solver", "checker"])
-        raise ConfigError(f"{where}.reward: {p.reward!r} does not score claims (it takes "
-                          f"{list(params)}); rewards that do: {claim_rewards}")
+        raise ConfigError(f"{where}.reward: {str(exc).removeprefix('params train_march.reward: ')}") from None
     unknown = [r for r in p.train_roles if r not in ROLES_TRAINED]
     if unknown or not p.train_roles:
         raise ConfigError(f"{where}.train_roles: {list(p.train_roles)} must be a non-empty subset of "
@@ -211,7 +213,7 @@ def rollout_fn(llm, params: agent.MarchParams, train_roles: Sequence[str]) -> Ca
 def reward_fn(name: str, failures: Counter | None = None) -> Callable:
     """``(items, episodes) -> RewardResults`` of the reward registered as ``name``; format failures
     are counted by role into ``failures``."""
-    reward = get_reward(name)
+    reward = episode_reward(name)
 
     def score(items: list, episodes: list[agent.MarchEpisode]) -> list[RewardResult]:
         if failures is not None:
@@ -225,7 +227,7 @@ def evaluate(llm, items: Sequence[agent.MarchItem], p: TrainMarchParams) -> dict
     """Greedy episodes on ``items``: hallucination rate, accuracy, proposals per answer, the reward's
     mean and format failures by role (see the module docstring)."""
     episodes = agent.run_march(llm, list(items), march_params(p, greedy=True))
-    scored = [agent.score_episode(get_reward(p.reward), ep) for ep in episodes]
+    scored = [agent.score_episode(episode_reward(p.reward), ep) for ep in episodes]
     failures = Counter(role for ep in episodes for role in ep.format_errors)
 
     def by_kind(part: str) -> dict:
@@ -261,11 +263,10 @@ def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, metrics_path: 
     """One MARCH run with ``p`` (its ``seed`` already the run's): warm start (when ``p.warmup``),
     evaluation, GRPO into ``out_model``, evaluation. Returns the results (see the module docstring).
     A killed run resumes: the warm start and GRPO from their checkpoints under ``state_dir``."""
-    from factrl.hardware import hardware_record, resolve_device
+    from factrl.hardware import hardware_record, peak_rss_mib, resolve_device
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.rl.runs import run_agent_training, save_model
-    from factrl.recipes.scmaks import peak_rss_mib
 
     check_params(p)
     start = time.perf_counter()

@@ -36,7 +36,8 @@ from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
 from factrl.config import TrainMarchParams
 from factrl.rl import verl_run
-from factrl.rewards.registry import get_reward
+from factrl.rewards import march as march_rewards
+from factrl.rewards.registry import RewardKind, choose_reward
 from factrl.rl import verl_backend
 from factrl.rl.verl_agent import PASSTHROUGH, FactrlAgentLoop, VerlEngine, plain
 
@@ -76,14 +77,15 @@ async def _no_tool(action: CallTool) -> str:
 
 @functools.cache
 def _reward(name: str):
-    return get_reward(name)  # an unknown name raises naming it and the registered ones
+    """The ``episode`` reward ``name`` of the march family; another name raises naming the ones there are."""
+    return choose_reward(name, RewardKind.EPISODE, march_rewards.REWARDS, key="march.reward")
 
 
 @register(MARCH)
 class MarchAgentLoop(FactrlAgentLoop):
     """One MARCH episode per row on verl's server; the solver's trajectory is the row's sequence.
 
-    ``march`` (the agent-loop config entry): ``reward`` (a registered MARCH reward, default
+    ``march`` (the agent-loop config entry): ``reward`` (an ``episode`` reward of the march family, default
     ``march_ztr``) and :func:`factrl.agents.march.default_march_params`' ``max_new_tokens``,
     ``checker_temperature``, ``checker_samples``, ``anchor_question``. The solver samples at verl's
     temperature (greedy in validation); the proposer is greedy; the token budget is verl's.

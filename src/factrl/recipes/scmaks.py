@@ -46,6 +46,7 @@ from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.hardware import peak_rss_mib
 from factrl.llm.counting import CountingLLM
 from factrl.rewards import maporl
+from factrl.rewards.registry import RewardKind, choose_reward
 
 SYSTEMS = ("scmaks", "majority_vote", "uniform_vote", "best_single")
 SPLITS = ("train", "dev", "eval")  # the pipeline fit: fit on train, stop early on dev, score eval
@@ -108,9 +109,11 @@ def debate_plan(p: DebateParams, where: str = "params.yaml:debate") -> DebatePla
             raise ConfigError(f"{where}.{key}: must be >= 1, got {getattr(p, key)}")
     if p.rounds < 0:
         raise ConfigError(f"{where}.rounds: must be >= 0, got {p.rounds}")
-    if p.verifier_reward and p.verifier_reward not in maporl.SHAPES:
-        raise ConfigError(f"{where}.verifier_reward: unknown verifier reward {p.verifier_reward!r}; "
-                          f"known: {list(maporl.SHAPES)} (empty = off)")
+    if p.verifier_reward:
+        try:
+            choose_reward(p.verifier_reward, RewardKind.VERIFIER_SHAPE, maporl.REWARDS)
+        except KeyError as exc:
+            raise ConfigError(f"{where}.verifier_reward: {exc} (empty = off)") from None
     try:
         roles = debate_lib.role_schedule(p.rounds, p.first_role, p.ablations)
     except ValueError as exc:

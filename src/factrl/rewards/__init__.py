@@ -1,11 +1,8 @@
-"""Reward functions, each a small pure function registered by name (see ``registry``).
+"""Reward functions in families, one module each, every reward registered with its kind (``registry``).
 
-haris (R_high, R_low), m2r (token-F1 answer reward), march (zero-tolerance / error rate),
-maporl (verifier-shaped immediate / cumulative / influence-aware rewards). Importing the package
-registers all of them, so ``REWARDS`` is complete.
+haris (R_high, R_low), m2r (token-F1 answer reward), march (zero-tolerance / error rate), maporl
+(verifier-shaped immediate / cumulative / influence-aware rewards and the guarded reasoning reward).
+This package imports none of them: a caller imports the families it uses (``from factrl.rewards
+import haris``) and chooses among their ``REWARDS`` by name and kind
+(:func:`factrl.rewards.registry.choose_reward`), so a stage depends on its own families only.
 """
-
-from factrl.rewards.registry import REWARDS, RewardResult, get_reward, register
-from factrl.rewards import haris, m2r, maporl, march  # noqa: E402,F401  (registers the rewards)
-
-__all__ = ["REWARDS", "RewardResult", "get_reward", "register"]

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from factrl.agents.protocol import REFUTES, SUPPORTS, parse_reasoning, parse_search
-from factrl.rewards.registry import RewardResult, register
+from factrl.rewards.registry import RewardFamily, RewardKind, RewardResult
+
+REWARDS = RewardFamily("haris")  # haris_reasoning (claim_verdict), haris_search (search_report)
 
 CORRECT = 1.0
 FORMAT_ONLY = 0.1  # the paper's format reward, following ReSearch (Chen et al., 2025)
@@ -59,7 +61,7 @@ def questions_required(num_hops: int | None, require_question: QuestionRule) -> 
     raise ValueError(f"require_question {require_question!r}: expected false, true or 'per_hop'")
 
 
-@register("haris_reasoning")
+@REWARDS.register("haris_reasoning", RewardKind.CLAIM_VERDICT)
 def reasoning_reward(response: str, label: str, *, num_hops: int | None = None,
                      require_question: QuestionRule = False) -> RewardResult:
     """R_high of one reasoning-agent response (generated text with injected results) against ``label``.
@@ -103,7 +105,7 @@ def with_hop_credit(result: RewardResult, response: str, hop_answers: Sequence[s
                         format_valid=True)
 
 
-@register("haris_search")
+@REWARDS.register("haris_search", RewardKind.SEARCH_REPORT)
 def search_rewards(
     responses: Sequence[str], questions: Sequence[str], answers: Sequence[str], judge: JudgeLike
 ) -> list[RewardResult]:

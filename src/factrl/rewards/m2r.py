@@ -11,37 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from factrl.rewards.registry import RewardResult, register
+from factrl.rewards.registry import RewardFamily, RewardKind, RewardResult
 from factrl.text import max_token_f1
 
+REWARDS = RewardFamily("m2r")  # m2r (answer)
 FORMAT_REWARD = 0.1
 ALPHA = 1 / 3
 BETA = 1 / 10
 
 
-def boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, content)`` of every ``\\boxed{...}`` in ``text`` (nested braces balanced)."""
-    out: list[tuple[int, int, str]] = []
-    start = 0
-    while (i := text.find("\\boxed{", start)) != -1:
-        j = i + len("\\boxed{")
-        depth, k = 1, j
-        while k < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[k], 0)
-            k += 1
-        if depth:  # no closing brace: nothing more to extract
-            break
-        out.append((i, k, text[j : k - 1].strip()))
-        start = k
-    return out
-
-
-def extract_boxed(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` in ``text``, in order."""
-    return [content for _, _, content in boxed_spans(text)]
-
-
-@register("m2r")
+@REWARDS.register("m2r", RewardKind.ANSWER)
 def m2r_reward(
     final_answer: str | None,
     gold_answers: Sequence[str],

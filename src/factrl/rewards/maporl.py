@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from factrl.rewards.m2r import boxed_spans
-from factrl.rewards.registry import RewardResult, get_reward, register
+from factrl.agents.protocol import boxed_spans
+from factrl.rewards.haris import QuestionRule, reasoning_reward
+from factrl.rewards.registry import RewardFamily, RewardKind, RewardResult, choose_reward
 
-if TYPE_CHECKING:
-    from factrl.rewards.haris import QuestionRule
-
+REWARDS = RewardFamily("maporl")  # the three shapes (verifier_shape), maporl_reasoning (claim_verdict)
 PENALTY = -10.0
 MIN_TOKENS = 50
-SHAPES = ("maporl_immediate", "maporl_cumulative", "maporl_influence")
 _TRAILING_CLOSE = re.compile(r"(?:\s*</[A-Za-z_]+\s*>)+\s*$")  # the protocol's closing tags end an answer
 _INJECTED = re.compile(r"<result>.*?</result>", re.DOTALL)
 _REPEAT = re.compile(r"(\b\S+(?:\s+\S+){1,4}?)(?:\s+\1){3,}")  # a 2-5 token phrase, 4+ times in a row
@@ -55,13 +52,14 @@ def _discounts(n: int, gamma: float) -> np.ndarray:
     return np.where(lag >= 0, float(gamma) ** np.clip(lag, 0, None), 0.0)
 
 
-@register("maporl_immediate")
-def immediate_reward(verifier) -> np.ndarray:
-    """``[T, A] -> [T, A]``: the verifier's score of the answer itself."""
+@REWARDS.register("maporl_immediate", RewardKind.VERIFIER_SHAPE)
+def immediate_reward(verifier, gamma: float = 1.0) -> np.ndarray:
+    """``[T, A] -> [T, A]``: the verifier's score of the answer itself (``gamma`` unused: no later turn
+    counts; taken so that every shape is called alike)."""
     return _scores(verifier).copy()
 
 
-@register("maporl_cumulative")
+@REWARDS.register("maporl_cumulative", RewardKind.VERIFIER_SHAPE)
 def cumulative_reward(verifier, gamma: float = 1.0) -> np.ndarray:
     """``[T, A] -> [T, A]``: discounted mean of the agent's own scores from turn t to the last turn."""
     v = _scores(verifier)
@@ -69,7 +67,7 @@ def cumulative_reward(verifier, gamma: float = 1.0) -> np.ndarray:
     return (d @ v) / d.sum(axis=1, keepdims=True)
 
 
-@register("maporl_influence")
+@REWARDS.register("maporl_influence", RewardKind.VERIFIER_SHAPE)
 def influence_aware_reward(verifier, gamma: float = 1.0) -> np.ndarray:
     """``[T, A] -> [T, A]``: own score now plus the discounted mean score of all agents later on."""
     v = _scores(verifier)
@@ -77,6 +75,9 @@ def influence_aware_reward(verifier, gamma: float = 1.0) -> np.ndarray:
     future = d - np.eye(v.shape[0])  # t' > t only
     team = v.mean(axis=1, keepdims=True)  # [T, 1]
     return (v + future @ team) / d.sum(axis=1, keepdims=True)
+
+
+SHAPES = tuple(REWARDS.names(RewardKind.VERIFIER_SHAPE))  # the names ``debate.verifier_reward`` may take
 
 
 def penalized_score(verifier_score: float, answer: str, *, min_tokens: int = MIN_TOKENS) -> float:
@@ -99,28 +100,25 @@ def verifier_rewards(shape: str, verifier, answers: Sequence[Sequence[str]] | No
                      min_tokens: int = MIN_TOKENS) -> np.ndarray:
     """``[T, A]`` rewards of a multi-turn run: each verifier score ``V[t, a]`` guarded against reward
     hacking with its answer ``answers[t][a]`` (:func:`penalized_score`; no guard when ``answers`` is
-    None), then shaped by ``shape`` (one of :data:`SHAPES`; an unknown name is a ValueError naming them)."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown verifier reward {shape!r}; expected one of {list(SHAPES)}")
+    None), then shaped by ``shape`` (one of :data:`SHAPES`; another name is an
+    :class:`~factrl.registry.UnknownName`, a ValueError, naming them)."""
+    shaped = choose_reward(shape, RewardKind.VERIFIER_SHAPE, REWARDS)
     v = _scores(verifier)
     if answers is not None:
         if len(answers) != v.shape[0] or any(len(row) != v.shape[1] for row in answers):
             raise ValueError(f"answers must be {v.shape[0]} turns x {v.shape[1]} agents like the verifier scores")
         v = np.array([[penalized_score(v[t, a], answers[t][a], min_tokens=min_tokens) for a in range(v.shape[1])]
                       for t in range(v.shape[0])])
-    fn = get_reward(shape)
-    return fn(v) if shape == "maporl_immediate" else fn(v, gamma=gamma)
+    return shaped(v, gamma=gamma)
 
 
-@register("maporl_reasoning")
+@REWARDS.register("maporl_reasoning", RewardKind.CLAIM_VERDICT)
 def reasoning_verifier_reward(response: str, label: str, *, num_hops: int | None = None,
                               require_question: QuestionRule = False,
                               min_tokens: int = MIN_TOKENS) -> RewardResult:
-    """HARIS's reasoning agent scored the MAPoRL way (same call as ``haris_reasoning``): the rule
-    verifier (1 for the gold verdict in a valid format, else 0) behind the hacking guards, applied to
+    """HARIS's reasoning agent scored the MAPoRL way (a ``claim_verdict`` reward, like ``haris_reasoning``):
+    the rule verifier (1 for the gold verdict in a valid format, else 0) behind the hacking guards, applied to
     the agent's own text (injected ``<result>`` spans left out)."""
-    from factrl.rewards.haris import reasoning_reward
-
     base = reasoning_reward(response, label, num_hops=num_hops, require_question=require_question)
     own = _INJECTED.sub(" ", response)  # the guards judge what the agent wrote, not the reports it read
     score = penalized_score(base.parts.get("correct", 0.0), own, min_tokens=min_tokens)

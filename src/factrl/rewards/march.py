@@ -11,7 +11,7 @@ The Checker's k samples vote on each claim (MARCH's rule): +1 for a sample whose
 ``a_i``, -1 for any other answer (a different number, "cannot answer", nothing parsable); the claim
 fails when the votes sum below 0 (ties pass). Answers that state a number are compared as numbers
 (``factrl.text.normalize_number``: ``1,200`` = ``1200`` = ``1.2 thousand``), anything else
-after text normalisation. Every claim-consistency reward here takes ``(solver, checker)``, so
+after text normalisation. Every reward here is of kind ``episode`` (``(solver, checker)``), so
 training code picks one by name without knowing which.
 """
 
@@ -20,8 +20,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from factrl.rewards.registry import RewardResult, register
+from factrl.rewards.registry import RewardFamily, RewardKind, RewardResult
 from factrl.text import normalize_answer, normalize_number
+
+REWARDS = RewardFamily("march")  # march_ztr, march_err (episode)
 
 
 def majority_answer(samples: Sequence[str]) -> str | None:
@@ -63,7 +65,7 @@ def claim_agreements(solver: Sequence[str], checker: Sequence[str | Sequence[str
     return out
 
 
-@register("march_ztr")
+@REWARDS.register("march_ztr", RewardKind.EPISODE)
 def zero_tolerance_reward(
     solver: Sequence[str], checker: Sequence[str | Sequence[str]], *, penalty: bool = False
 ) -> RewardResult:
@@ -75,7 +77,7 @@ def zero_tolerance_reward(
     return RewardResult(score=score, parts={"n_claims": float(len(agree)), "n_err": float(n_err)})
 
 
-@register("march_err")
+@REWARDS.register("march_err", RewardKind.EPISODE)
 def error_rate_reward(solver: Sequence[str], checker: Sequence[str | Sequence[str]]) -> RewardResult:
     """``-N_err / N_total`` (0 when there are no claims)."""
     agree = claim_agreements(solver, checker)
