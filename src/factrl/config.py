@@ -359,7 +359,7 @@ class ReasonTrainParams(AgentTrainParams):
     require_question: "ask before you decide" (not in the paper; an ablation): ``true``, a verdict
         with no question on a multi-hop claim counts as an invalid format (reward 0); ``per_hop``,
         one with fewer than hops - 1 questions (one per bridge entity) does.
-    reward: the reward's name in ``factrl.rewards.registry``, called like ``haris_reasoning``:
+    reward: a ``claim_verdict`` reward of the haris or maporl family (``factrl.rewards.registry``):
         ``haris_reasoning`` (R_high, the paper's eq. 1) or ``maporl_reasoning`` (MAPoRL's rule
         verifier behind its reward-hacking guards: no box, text after the box, fewer than 50 tokens,
         a phrase repeated 4+ times in a row each score -10).
@@ -1006,7 +1006,7 @@ class DebateParams:
     verifier_reward: MAPoRL's verifier-shaped reward of every member's answer at every turn (the
         generation phase and each round), reported per member in debate/summary.json: empty = off,
         or ``maporl_immediate``, ``maporl_cumulative``, ``maporl_influence``
-        (``factrl.rewards.maporl.SHAPES``); the verifier is the rule one (1 for the gold verdict) and
+        (the ``verifier_shape`` rewards, ``factrl.rewards.maporl.SHAPES``); the verifier is the rule one (1 for the gold verdict) and
         the hacking guards score -10.
     verifier_gamma: the discount of the cumulative and influence-aware shapes (the paper's 1).
     verifier_min_tokens: the too-short guard: answers with fewer whitespace tokens score -10 (the
@@ -1185,8 +1185,8 @@ class M2RParams(AgentTrainParams):
 
     base_model: the model stage 0 is: ``base`` (params ``model.base``) or a model (an embedded name,
         HF directory or hub id); resolved by :func:`resolve_model`.
-    reward: the reward's name in ``factrl.rewards.registry`` (``m2r``); called with the final answer,
-        the gold answers, the format validity, the saved key values, ``alpha`` and ``beta``.
+    reward: an ``answer`` reward of the m2r family (``factrl.rewards.registry``; ``m2r``): called with
+        the final answer, the gold answers, the format validity, the saved key values, ``alpha`` and ``beta``.
     alpha: weight of the key-information score s_key in r_ans (the paper's 1/3).
     beta: weight of the consistency score s_cons in r_ans (the paper's 1/10).
     warm_start: fine-tune the base model on reference M2R trajectories of the demo world's gold
@@ -1240,10 +1240,10 @@ class TrainMarchParams(GRPOParams):
         The warm start and the before / after evaluation run in the stage's process either way.
     verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`; MARCH starts no
         server, so only its training fields apply).
-    reward: the registered reward (``factrl.rewards``) scoring an episode from the solver's claims and
-        the checker's votes: ``march_ztr`` (zero tolerance: every claim must hold) or ``march_err``
-        (minus the share of failed claims). Any reward taking ``(solver, checker)`` works; another
-        name stops the stage with an error naming this key.
+    reward: an ``episode`` reward of the march family (``factrl.rewards.march``) scoring an episode
+        from the solver's claims and the checker's votes: ``march_ztr`` (zero tolerance: every claim
+        must hold) or ``march_err`` (minus the share of failed claims). Another name, or a reward of
+        another kind or family, stops the stage with an error naming this key.
     train_roles: the roles whose trajectories are trained: ``[solver, checker]`` (the paper's joint
         training) or ``[solver]`` (its solver-only ablation). The proposer is never trained.
     checker_samples: checker samples per audited answer (k); a claim fails when the sum of their

@@ -58,7 +58,7 @@ def _params_file(tmp_path: Path, section: dict) -> Path:
 
 @pytest.mark.parametrize("section, key", [
     ({"reward": "march_zt"}, "train_march.reward"),
-    ({"reward": "haris_reasoning"}, "train_march.reward"),  # registered, but it does not score claims
+    ({"reward": "haris_reasoning"}, "train_march.reward"),  # a claim reward of a family MARCH does not load
     ({"train_roles": ["solver", "proposer"]}, "train_march.train_roles"),
     ({"train_roles": []}, "train_march.train_roles"),
     ({"checker_samples": 0}, "train_march.checker_samples"),
@@ -73,6 +73,13 @@ def test_a_wrong_name_stops_the_stage_naming_the_key(tmp_path, section, key):
     params = load_section("train_march", _params_file(tmp_path, section))
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         march.check_params(params, f"{tmp_path / 'params.yaml'}:train_march")
+
+
+def test_a_reward_of_another_family_says_which_family_and_what_fits(tmp_path):
+    params = load_section("train_march", _params_file(tmp_path, {"reward": "haris_reasoning"}))
+    with pytest.raises(ConfigError, match=r"train_march\.reward: reward 'haris_reasoning' would be of the 'haris' "
+                                          r"family .*not loaded here.*\['march_err', 'march_ztr'\]"):
+        march.check_params(params)
 
 
 @pytest.mark.parametrize("section, key", [

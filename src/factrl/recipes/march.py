@@ -59,19 +59,19 @@ NO_EVIDENCE = "No document gives this number."  # the checker's evidence line wh
 # --------------------------------------------------------------------------------------------
 
 
-def episode_reward(name: str) -> Callable:
+def episode_reward(name: str, key: str | None = "train_march.reward") -> Callable:
     """The ``episode`` reward ``name`` of the march family (``(solver, checker) -> RewardResult``); an
-    :class:`~factrl.registry.UnknownName` (a KeyError) naming ``train_march.reward`` when it is none:
-    unknown, of another family, or of another kind (:class:`~factrl.rewards.registry.WrongRewardKind`)."""
-    return choose_reward(name, RewardKind.EPISODE, march_rewards.REWARDS, key="train_march.reward")
+    :class:`~factrl.registry.UnknownName` (a KeyError) naming ``key`` when it is none: unknown, of
+    another family, or of another kind (:class:`~factrl.rewards.registry.WrongRewardKind`)."""
+    return choose_reward(name, RewardKind.EPISODE, march_rewards.REWARDS, key=key)
 
 
 def check_params(p: TrainMarchParams, where: str = WHERE) -> None:
     """Names and sizes the section's dataclass cannot check; a :class:`ConfigError` naming the key."""
     try:
-        episode_reward(p.reward)
+        episode_reward(p.reward, key=None)
     except KeyError as exc:
-        raise ConfigError(f"{where}.reward: {str(exc).removeprefix('params train_march.reward: ')}") from None
+        raise ConfigError(f"{where}.reward: {exc}") from None
     unknown = [r for r in p.train_roles if r not in ROLES_TRAINED]
     if unknown or not p.train_roles:
         raise ConfigError(f"{where}.train_roles: {list(p.train_roles)} must be a non-empty subset of "
