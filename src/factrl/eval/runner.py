@@ -60,6 +60,9 @@ class ClaimRun:
     questions: questions asked to a search agent (HARIS) or sub-claims checked (Decompose-Then-Verify).
     searches: retriever calls made for the claim, over all agents.
     trajectories: (agent, trajectory, format_valid) of every rollout behind the verdict.
+    raw_confidence: the system's own probability that ``verdict`` is right, in [0, 1] (HARIS: the
+        verdict token's, ``factrl.agents.confidence``; 0.0 without a verdict); None for systems
+        that give none (the baselines). Uncalibrated: ``factrl.eval.calibration`` maps it.
     """
 
     verdict: str | None
@@ -67,6 +70,7 @@ class ClaimRun:
     searches: int = 0
     format_valid: bool | None = None
     trajectories: list[tuple[str, Trajectory, bool | None]] = field(default_factory=list)
+    raw_confidence: float | None = None
 
 
 class System(Protocol):
@@ -109,7 +113,7 @@ class HarisSystem:
             out.append(ClaimRun(
                 verdict=res.verdict, questions=res.trajectory.num_tool_calls,
                 searches=sum(s.trajectory.num_tool_calls for s in searches),
-                format_valid=res.parse.format_valid, trajectories=trajs,
+                format_valid=res.parse.format_valid, trajectories=trajs, raw_confidence=res.raw_confidence,
             ))
         return out
 
@@ -324,10 +328,15 @@ class EvalResult:
     seconds: dict[str, float]
 
 
-# one row per (dataset, system, claim): what `evaluate` writes to metrics/predictions.parquet
+# one row per (dataset, system, claim): what `evaluate` writes to metrics/predictions.parquet.
+# verdict: SUPPORTS | REFUTES | null (none); questions / searches: as ClaimRun's; raw_confidence: the
+# system's own P(verdict is right) (ClaimRun.raw_confidence; null for systems without one);
+# confidence: raw_confidence through the checkpoint's calibration map (metrics/calibration/; null
+# when evaluate.calibration is off or the system has no map)
 PREDICTIONS = pa.schema([("dataset", pa.string()), ("system", pa.string()), ("claim_id", pa.string()),
                          ("num_hops", pa.int64()), ("label", pa.string()), ("verdict", pa.string()),
-                         ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_())])
+                         ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_()),
+                         ("raw_confidence", pa.float64()), ("confidence", pa.float64())])
 
 
 def run_system(system: System, claims: list[str], retriever, batch_size: int) -> list[ClaimRun]:
@@ -395,7 +404,8 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
                 predictions.append({"dataset": eval_set.name, "system": system.name, "claim_id": ids[i],
                                     "num_hops": hops[i], "label": labels[i], "verdict": run.verdict,
                                     "questions": run.questions, "searches": run.searches,
-                                    "format_valid": run.format_valid})
+                                    "format_valid": run.format_valid, "raw_confidence": run.raw_confidence,
+                                    "confidence": None})
                 if i < trace_claims:
                     traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], run)
             for hop, idx in _hop_groups(hops):
