@@ -826,7 +826,8 @@ def variant_sets(splits: dict[str, pa.Table], variants: list[dict] | None) -> di
         return {"warm": splits["train"]}
     by_id = {v["id"]: v for v in variants}
     train = splits["train"]
-    clean = pa.array([by_id[i]["clean"] for i in train.column("id").to_pylist()], pa.bool_())
+    # a reviewer correction with an id the world did not generate (prepare.corrections) is no clean variant
+    clean = pa.array([i in by_id and by_id[i]["clean"] for i in train.column("id").to_pylist()], pa.bool_())
     sets = {"warm": train.filter(clean)}
     if any(v["heldout_claim"] is not None for v in variants):
         rows = splits["eval"].to_pylist()

@@ -34,38 +34,21 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from factrl.eval.calibration_params import CalibrationParams
 from factrl.registry import Registry
+
+__all__ = ["CalibrationParams", "Calibrator", "METHODS", "brier", "calibration_metrics", "calibration_path",
+           "checkpoint_slug", "coverage_curve", "ece", "reliability"]
 
 ECE_BINS = 10  # equal-width bins of [0, 1] for ECE and the reliability diagram
 COVERAGE_THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))  # 0.50 .. 0.95
 EPS = 1e-6  # raw scores are clipped to [EPS, 1 - EPS] before a logit
 CALIBRATION_DIR = Path("metrics/calibration")
 FORMAT = "factrl-calibration/1"
-
-
-@dataclass(frozen=True)
-class CalibrationParams:
-    """``evaluate.calibration``: the calibration map fitted per HARIS checkpoint during ``evaluate``.
-
-    method: a name of :data:`METHODS` (``isotonic``, ``temperature``), or ``none`` to skip the
-        calibration (no dev claims evaluated, no maps written, no calibration metrics).
-    dev_set: the claim file the maps are fitted on: never the eval claims (the demo world's dev
-        split, which no stage trains on).
-    dev_per_hop: dev claims per hop setting, balanced labels (0 = the whole file); each HARIS
-        checkpoint runs on them once more than the evaluation itself.
-    """
-
-    method: Literal["isotonic", "temperature", "none"] = "isotonic"
-    dev_set: str = "data/claims/dev.parquet"
-    dev_per_hop: int = 20
-
-    @property
-    def enabled(self) -> bool:
-        return self.method != "none"
 
 
 # --------------------------------------------------------------------------------------------
