@@ -13,7 +13,7 @@ Per backend: recall (gold claims recovered / gold), precision (recovered / found
 exact-offset matches among the recovered, texts whose reply could not be parsed, and the median
 seconds per text over ``--runs`` runs. Writes ``bench/results/decompose.json``.
 
-    python bench/decompose.py [--texts 30] [--runs 3] [--llm-model smollm2-135m] [--no-llm]
+    python bench/decompose.py [--texts 30] [--runs 3] [--llm-texts 10] [--llm-model smollm2-135m] [--no-llm]
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--llm-runs", type=int, default=1, help="passes of the llm backend (slow on CPU)")
     ap.add_argument("--llm-model", default="smollm2-135m")
+    ap.add_argument("--llm-texts", type=int, default=10, help="the first N texts for the llm backend (slow on CPU)")
+    ap.add_argument("--llm-max-tokens", type=int, default=256)
     ap.add_argument("--no-llm", action="store_true")
     args = ap.parse_args()
     measured = Measurement("fp32")
@@ -85,8 +87,11 @@ def main() -> None:
 
         with spawn_server(args.llm_model, precision="fp32", device="cpu") as url:
             spec = f"openai:{args.llm_model}@{url}"
-            result["backends"]["llm"] = run_backend(texts, "llm", args.llm_runs, model=spec) | {
-                "model": args.llm_model, "server": "factrl serve-llm (OpenAI-compatible), greedy"}
+            subset = texts[: args.llm_texts]
+            result["backends"]["llm"] = run_backend(subset, "llm", args.llm_runs, model=spec,
+                                                    max_tokens=args.llm_max_tokens) | {
+                "model": args.llm_model, "server": "factrl serve-llm (OpenAI-compatible), greedy",
+                "texts": len(subset), "max_tokens": args.llm_max_tokens}
     print(json.dumps(measured.write(result, RESULTS), indent=2))
 
 

@@ -89,14 +89,17 @@ def reliability_spec(calibration: Mapping) -> dict:
     ``factrl.eval.runner.apply_calibration`` measures them (bins of ``reliability_raw`` /
     ``reliability_calibrated``)."""
     values = [
-        {"series": f"{system} ({kind})" if len(calibration) == 1 else f"{dataset}: {system} ({kind})",
-         "kind": kind, "confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
+        {"system": system if len(calibration) == 1 else f"{dataset}: {system}", "kind": kind,
+         "confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
         for dataset, by_system in calibration.items() for system, by_hop in by_system.items()
         for kind in ("raw", "calibrated") for b in by_hop.get("all", {}).get(f"reliability_{kind}", [])
     ]
     if not values:
         raise ValueError("no reliability bins to plot")
     unit = {"type": "quantitative", "scale": {"domain": [0, 1]}}
+    xy = {"x": {"field": "confidence", **unit, "title": "mean confidence in bin"},
+          "y": {"field": "accuracy", **unit, "title": "accuracy in bin"},
+          "color": {"field": "system", "type": "nominal", "title": "system"}}
     return {
         "$schema": SCHEMA,
         "title": "reliability: accuracy per confidence bin (diagonal = calibrated)",
@@ -104,17 +107,14 @@ def reliability_spec(calibration: Mapping) -> dict:
         "height": 320,
         "layer": [
             {"data": {"values": [{"x": 0, "y": 0}, {"x": 1, "y": 1}]},
-             "mark": {"type": "line", "color": "gray", "strokeDash": [4, 4]},
+             "mark": {"type": "line", "color": "gray", "strokeDash": [2, 2]},
              "encoding": {"x": {"field": "x", **unit}, "y": {"field": "y", **unit}}},
-            {"data": {"values": values},
-             "mark": {"type": "line", "point": True},
-             "encoding": {
-                 "x": {"field": "confidence", **unit, "title": "mean confidence in bin"},
-                 "y": {"field": "accuracy", **unit, "title": "accuracy in bin"},
-                 "color": {"field": "series", "type": "nominal", "title": "system (confidence)"},
-                 "strokeDash": {"field": "kind", "type": "nominal", "title": "confidence"},
-                 "size": {"field": "count", "type": "quantitative", "title": "claims"},
-             }},
+            {"data": {"values": values}, "mark": "line",
+             "encoding": {**xy, "strokeDash": {"field": "kind", "type": "nominal", "title": "confidence"},
+                          "detail": {"field": "kind"}, "order": {"field": "confidence", "type": "quantitative"}}},
+            {"data": {"values": values}, "mark": {"type": "point", "filled": True},
+             "encoding": {**xy, "shape": {"field": "kind", "type": "nominal", "title": "confidence"},
+                          "size": {"field": "count", "type": "quantitative", "title": "claims in bin"}}},
         ],
     }
 
