@@ -13,6 +13,14 @@ Outputs: metrics/eval.json (DVC metrics: dataset -> hop -> system -> metric), re
 plots/eval/reward_curves.png when training metrics exist under metrics/train/), reports/traces.html.
 The SC-MAKS systems (consensus/predictions.parquet of stage fit_consensus) are scored as dataset
 ``demo_debate``.
+
+Calibrated confidence (params ``evaluate.calibration``; ``method: none`` skips it): every HARIS
+checkpoint first runs on a sample of ``calibration.dev_set`` (the dev split: never the eval claims),
+a map from its raw confidence to P(right) is fitted there and saved to
+metrics/calibration/<checkpoint-slug>.json (what ``factrl serve`` loads); the eval predictions get the
+calibrated ``confidence``, and metrics/eval.json gains ECE and Brier before and after calibration per
+system and hop, metrics/calibration.json the reliability diagrams and coverage-accuracy curves,
+reports/eval.md a section and plots/eval/reliability.png the diagram.
 """
 
 from __future__ import annotations
@@ -110,6 +118,48 @@ def load_sets(params: EvaluateParams, index_dir: Path = Path("index"), real_only
     return sets, skipped
 
 
+def load_dev_set(params: EvaluateParams, sets: list[runner.EvalSet], index_dir: Path = Path("index")
+                 ) -> runner.EvalSet:
+    """The calibration's dev claims (``calibration.dev_set``), searched like the demo sets: over
+    ``index/`` (the retriever of the first set that searches it, else a new one)."""
+    from factrl.data.sources import read_claims
+    from factrl.retrieval.index import Retriever
+
+    path = Path(params.calibration.dev_set)
+    if not path.exists():
+        raise FileNotFoundError(f"params.yaml: evaluate.calibration.dev_set: {path} does not exist "
+                                "(run prepare, or set evaluate.calibration.method: none)")
+    own = {s.name for _, s in chosen_sets(params) if s.passages or s.index}
+    shared = next((s.retriever for s in sets if s.name not in own), None)
+    retriever = shared if shared is not None else Retriever(index_dir, mode=params.retrieval_mode)
+    return runner.EvalSet(f"dev ({path})", read_claims(path), retriever)
+
+
+def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list, checkpoints: list,
+              out_dir: Path) -> tuple[dict, list[str]]:
+    """Fit and save one calibration map per HARIS checkpoint (see the module docstring); returns the
+    maps by system name and report notes."""
+    from factrl.eval.calibration import calibration_path
+
+    cal = params.calibration
+    out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output: it exists (empty) with calibration off
+    for stale in out_dir.glob("*.json"):
+        stale.unlink()  # maps of checkpoints no longer evaluated, or of a run with calibration on
+    if not cal.enabled:
+        return {}, ["calibration: off (evaluate.calibration.method: none)"]
+    dev = load_dev_set(params, sets)
+    models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
+    maps, seconds = runner.fit_calibrators(
+        systems, dev, method=cal.method, per_hop=cal.dev_per_hop, seed=params.seed, batch_size=params.batch_size,
+        fitted_on=f"{cal.dev_set} (up to {cal.dev_per_hop or 'all'} claims per hop, seed {params.seed})",
+        checkpoints=models)
+    for name, calibrator in maps.items():
+        calibrator.save(calibration_path(name, out_dir))
+    notes = [f"calibration: {cal.method} map per HARIS checkpoint on {cal.dev_set}, "
+             + ", ".join(f"{n}: {m.n} dev claims in {seconds[n]:.0f} s" for n, m in maps.items())]
+    return maps, notes
+
+
 def reward_points(train_dir: Path = TRAIN_METRICS) -> list[dict]:
     """Mean reward per step of every training run under ``train_dir`` (the trainer's metrics.csv
     rows; agent and round read from the file's path, e.g. reason_r2.csv or search_3/metrics.csv)."""
@@ -144,8 +194,16 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
                                        runner.load_llm, device=device, precision=params.precision),
                                    top_k=params.top_k,
                                    max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
+    tag = "_real" if real_only else ""
+    # fitted before the evaluation, on dev claims only; the real sets (make eval-real) reuse the maps
+    from factrl.eval.calibration import CALIBRATION_DIR
+
+    maps, calibration_notes = calibrate(params, sets, systems, checkpoints, CALIBRATION_DIR) if not real_only \
+        else (_saved_maps(checkpoints), [])
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
                              batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
+    if params.calibration.enabled:
+        runner.apply_calibration(result, maps)
     # SC-MAKS, majority vote, uniform vote, best single member: stage fit_consensus's eval-split verdicts
     result.rows += consensus_rows(CONSENSUS_PREDICTIONS, n_boot=params.n_boot, seed=params.seed)
     notes = [
@@ -159,6 +217,7 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
         f"local models on {device} in {resolve_precision(params.precision, device)} "
         f"(precision: {params.precision})",
         f"wall time: {sum(result.seconds.values()):.0f} s",
+        *calibration_notes,
     ]
     # what each HARIS checkpoint adds to the one before it (base -> warm -> trained), paired over
     # the same claims: the figure that shows what a stage of training did
@@ -171,17 +230,25 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
             notes.append(f"{dataset}: {pair}, paired over the same {pooled['n']} claims: "
                          f"{100 * pooled['mean']:+.1f} points [{100 * pooled['ci95'][0]:+.1f}, "
                          f"{100 * pooled['ci95'][1]:+.1f}]")
-    tag = "_real" if real_only else ""
     written = runner.write_outputs(result, metrics_path=Path(f"metrics/eval{tag}.json"),
                                    predictions_path=Path(f"metrics/predictions{tag}.parquet"),
                                    gains=gains, gains_path=Path(f"metrics/gains{tag}.json"),
                                    report_path=Path(f"reports/eval{tag}.md"), plots_dir=Path(f"plots/eval{tag}"),
                                    traces_path=Path(f"reports/traces{tag}.html"),
                                    title="Evaluation on the real claim sets" if real_only else "Evaluation",
-                                   notes=notes, reward_points=reward_points())
+                                   notes=notes, reward_points=reward_points(),
+                                   calibration_path=Path(f"metrics/calibration{tag}.json"), calibration_maps=maps)
     for kind, path in written.items():
         print(f"evaluate: {kind} -> {path}")
     return {k: str(v) for k, v in written.items()}
+
+
+def _saved_maps(checkpoints: list) -> dict:
+    """The maps the stage saved for these checkpoints (``make eval-real`` applies them)."""
+    from factrl.eval.calibration import Calibrator, calibration_path
+
+    paths = {name: calibration_path(name) for name, _, _ in checkpoints}
+    return {name: Calibrator.load(p) for name, p in paths.items() if p.exists()}
 
 
 if __name__ == "__main__":

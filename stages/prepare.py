@@ -1,6 +1,9 @@
 """Stage `prepare`: read the claim source from params, validate it, write stratified splits.
 
 Outputs: data/claims/{train,dev,eval}.parquet and data/passages.parquet (CLAIMS / PASSAGES).
+Reviewer corrections (params ``prepare.corrections``, claim files) are merged into train after the
+split (``factrl.data.corrections``). DVC tracks them as deps of this stage only when dvc.yaml lists
+them: it cannot derive deps from a params list, so list each file there too (docs/parameters.md).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pyarrow.parquet as pq
 
 from factrl.config import PrepareParams, load_section
 from factrl.data import sources
+from factrl.data.corrections import merge_corrections
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
 from factrl.data.splits import stratified_split
 from factrl.io import atomic_path, write_json, write_parquet
@@ -74,6 +78,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
     # Read and validate everything before writing anything, so bad input leaves no output.
     claims, passages, passages_file, variants = load_source(params, work)
     splits = prepare(claims, params)
+    # reviewer corrections replace or join the training claims; read (and validated) before writing
+    splits, merged = merge_corrections(splits, params.corrections)
     # warm.parquet: what the warm start reads (all of train, or a hard world's clean claims);
     # heldout_wording.parquet: a hard world's eval claims in a wording no training claim uses;
     # heldout_combination.parquet: its claims along a pair of relations no training claim chains
@@ -92,7 +98,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
     work.rmdir()
     write_json(
         {name: {"claims": t.num_rows} for name, t in sets.items()}
-        | {"passages": pq.ParquetFile(out / "passages.parquet").metadata.num_rows},
+        | {"passages": pq.ParquetFile(out / "passages.parquet").metadata.num_rows}
+        | ({"corrections": merged} if params.corrections else {}),
         out / "prepare_summary.json",
     )
 

@@ -24,6 +24,7 @@ from ruamel.yaml import YAML, YAMLError
 
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.devices import DEVICE_PATTERN
+from factrl.eval.calibration_params import CalibrationParams
 from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
 
 PARAMS_FILE = "params.yaml"
@@ -157,6 +158,11 @@ class PrepareParams:
     source: ``world`` (generated, default), ``files`` or ``hub``.
     split_fractions: train / dev / eval shares, stratified by (label, num_hops).
     seed: seed of the split.
+    corrections: claim files (the claims format: JSONL or CLAIMS Parquet, e.g. the service's
+        exported reviewer corrections) merged into the training claims after the split, never into
+        dev or eval: a correction whose id is already a claim replaces that claim (its label and
+        the rest) wherever it is; an id the source does not have is added to train
+        (``factrl.data.corrections``). Files are read in order; a later file wins.
     """
 
     source: Literal["world", "files", "hub"] = "world"
@@ -165,6 +171,7 @@ class PrepareParams:
     hub: HubSource = field(default_factory=HubSource)
     split_fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)
     seed: int = 7
+    corrections: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -898,6 +905,8 @@ class EvaluateParams:
     precision: weights of the evaluated local models: ``auto`` (bf16 only where the hardware computes
         it natively; see ``factrl.hardware``), ``bf16`` or ``fp32`` (e.g. bf16-trained checkpoints
         decoded in fp32, to tell a training effect from a decoding one).
+    calibration: the confidence calibration map fitted per HARIS checkpoint on dev claims (see
+        :class:`factrl.eval.calibration_params.CalibrationParams`; ``method: none`` skips it).
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
@@ -922,6 +931,7 @@ class EvaluateParams:
     trace_claims: int = 4
     device: Device = "auto"
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    calibration: CalibrationParams = field(default_factory=CalibrationParams)
 
 
 # --------------------------------------------------------------------------------------------

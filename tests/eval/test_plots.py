@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from factrl.eval import plots
 from factrl.eval.plots import accuracy_per_hop_spec, render, reward_curve_spec
 
 ROWS = [
@@ -39,3 +40,15 @@ def test_bad_inputs():
         accuracy_per_hop_spec(ROWS, metric="f1_weighted")
     with pytest.raises(ValueError, match="unsupported plot format"):
         render(reward_curve_spec([{"agent": "a", "round": 1, "step": 0, "reward": 1}]), "x.gif")
+
+
+def test_reliability_diagram_renders_raw_and_calibrated_bins(tmp_path):
+    from factrl.eval.calibration import calibration_metrics
+
+    m = calibration_metrics([0.95, 0.9, 0.6, 0.55], [0.7, 0.65, 0.5, 0.45], [1, 0, 1, 0])
+    spec = plots.reliability_spec({"demo": {"HARIS (base)": {"all": m}}})
+    points = spec["layer"][1]["data"]["values"]
+    assert {p["kind"] for p in points} == {"raw", "calibrated"} and sum(p["count"] for p in points) == 8
+    assert plots.render(spec, tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="no reliability bins"):
+        plots.reliability_spec({"demo": {"HARIS (base)": {}}})

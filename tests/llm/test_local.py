@@ -428,3 +428,19 @@ def test_engine_leaves_the_trainers_model_alone(precision):
     model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()}, assign=True)
     outputs.append(decode(llm))  # a checkpoint loaded into new tensors
     assert outputs[-1] == reference() and len({tuple(o) for o in outputs}) == 3
+
+
+def test_watched_ids_report_their_log_probs_at_every_position(local_llm):
+    """SamplingParams.watch_ids: at each generated position the log-probs of the watched ids under the
+    distribution the token was drawn from (the sampled token's own log-prob where it is watched),
+    on the plain and the speculating path alike; the output itself does not change."""
+    params = SamplingParams(max_tokens=10)
+    plain = local_llm.chat([Q1, Q2], params)
+    watch = tuple(dict.fromkeys(t for c in plain for t in c[0].token_ids))  # every id any row emits
+    watched = local_llm.chat([Q1, Q2], replace(params, watch_ids=watch))
+    for [a], [b] in zip(plain, watched):
+        assert b.token_ids == a.token_ids and a.watched_logprobs is None
+        assert len(b.watched_logprobs) == len(b.token_ids) and all(len(w) == len(watch) for w in b.watched_logprobs)
+        for tok, lp, row in zip(b.token_ids, b.logprobs, b.watched_logprobs):
+            assert row[watch.index(tok)] == pytest.approx(lp, abs=1e-5)
+            assert max(row) <= 0.0

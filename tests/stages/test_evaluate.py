@@ -78,11 +78,27 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
     assert html.count('<section class="rollout') == 2 * 2 * 5
     for system in ("Single agent", "RAG", "Decomp-Verify"):
         assert metrics["demo"]["3hop"][system]["n"] == 4
-    assert set(out) == {"metrics", "predictions", "gains", "accuracy_plot", "reward_plot", "report", "traces"}
+    assert set(out) == {"metrics", "predictions", "gains", "accuracy_plot", "reward_plot", "report", "traces",
+                        "calibration", "reliability_plot"}
     import pyarrow.parquet as pq
 
     preds = pq.read_table(tiny_world / "metrics" / "predictions.parquet").to_pylist()
     assert {p["system"] for p in preds} >= {"RAG", "Single agent"} and all(p["claim_id"] for p in preds)
+    # calibration (on by default): a map fitted on dev claims, the calibrated confidence of every HARIS
+    # prediction, ECE / Brier before and after in eval.json, diagrams in the report
+    haris = [p for p in preds if p["system"] == "HARIS (base)"]
+    assert all(p["raw_confidence"] is not None and 0 <= p["confidence"] <= 1 for p in haris)
+    assert all(p["raw_confidence"] is None and p["confidence"] is None for p in preds if p["system"] == "RAG")
+    from factrl.eval.calibration import Calibrator
+
+    cal = Calibrator.load(tiny_world / "metrics" / "calibration" / "haris-base.json")
+    assert cal.method == "isotonic" and cal.fitted_on.startswith("data/claims/dev.parquet") and cal.n > 0
+    assert cal.checkpoint == {"name": "HARIS (base)", "reason": "smollm2-135m", "search": "smollm2-135m"}
+    assert {"ece_raw", "ece_calibrated", "brier_raw", "brier_calibrated"} <= set(metrics["demo"]["2hop"]["HARIS (base)"])
+    assert "ece_raw" not in metrics["demo"]["2hop"]["RAG"]
+    assert "## Calibrated confidence" in md and "reliability diagram" in md and "Coverage-accuracy" in md
+    details = json.loads((tiny_world / "metrics" / "calibration.json").read_text())
+    assert set(details["maps"]) == {"HARIS (base)"} and details["measured"]["demo"]["HARIS (base)"]["all"]["coverage"]
     gains = json.loads((tiny_world / "metrics" / "gains.json").read_text())
     assert gains == {}  # one HARIS checkpoint (base): nothing to pair; paired_gains has its own test
 
@@ -109,6 +125,34 @@ def test_real_sets_run_only_when_switched_on_or_alone_into_their_own_outputs(tin
     _write_params(tiny_world / "params.yaml", evaluate | {"real_sets": [{"name": "x", "path": "nope.jsonl"}]})
     with pytest.raises(FileNotFoundError, match=r"evaluate.real_sets\[0\] \(x\): nope.jsonl does not exist"):
         stage.main("params.yaml", real_only=True, llm_loader=llm)
+
+
+def test_calibration_off_evaluates_no_dev_claims_and_leaves_an_empty_map_directory(tiny_world):
+    llm = ScriptedLLM()
+    _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris"], "n_boot": 20, "trace_claims": 0,
+                                               "retrieval_mode": "bm25", "calibration": {"method": "none"}})
+    stale = tiny_world / "metrics" / "calibration" / "haris-old.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    stage.main("params.yaml", llm_loader=lambda spec: llm)
+    assert list((tiny_world / "metrics" / "calibration").iterdir()) == []
+    metrics = json.loads((tiny_world / "metrics" / "eval.json").read_text())
+    assert "ece_raw" not in metrics["demo"]["2hop"]["HARIS (base)"]
+    assert "calibration: off" in (tiny_world / "reports" / "eval.md").read_text()
+    # with calibration on, the dev sample runs too (2 claims per hop x 3 hops)
+    _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris"], "n_boot": 20, "trace_claims": 0,
+                                               "retrieval_mode": "bm25", "calibration": {"dev_per_hop": 2}})
+    calls_off = sum(llm.calls)
+    llm.calls.clear()
+    stage.main("params.yaml", llm_loader=lambda spec: llm)
+    assert sum(llm.calls) > calls_off  # the dev claims ran too
+    assert Calibrator_load(tiny_world).n == 6
+
+
+def Calibrator_load(root):  # noqa: N802 - a small helper for the test above
+    from factrl.eval.calibration import Calibrator
+
+    return Calibrator.load(root / "metrics" / "calibration" / "haris-base.json")
 
 
 def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):

@@ -20,10 +20,12 @@ agent runs, so training, synthesis and evaluation always prompt a model the way 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from factrl.agents.confidence import VerdictWatch, verdict_confidence
 from factrl.agents.loop import AgentLoop, run_loops
 from factrl.agents.protocol import ReasoningParse, SearchParse, parse_reasoning, parse_search
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids, run_rollouts
@@ -154,12 +156,19 @@ class SearchResult:
 
 @dataclass
 class HarisResult:
-    """One reasoning-agent rollout for one claim, with the search rollouts it triggered."""
+    """One reasoning-agent rollout for one claim, with the search rollouts it triggered.
+
+    raw_confidence: the reasoning agent's probability that its verdict is right, read from the
+        verdict token's log-probs (``factrl.agents.confidence``; 0.0 without a verdict);
+        ``confidence_source`` says how it was obtained.
+    """
 
     claim: str
     trajectory: Trajectory
     parse: ReasoningParse
     searches: list[SearchResult | None] = field(default_factory=list)  # one per question asked
+    raw_confidence: float = 0.5
+    confidence_source: str = "uninformative"
 
     @property
     def verdict(self) -> str | None:
@@ -199,12 +208,17 @@ class Haris:
         return search_agent_loop(self.search_llm, question, self.retriever_tool, self.search_params, stream)
 
     def verify(self, claims: list[str], n: int = 1) -> list[HarisResult]:
-        """``n`` HARIS rollouts per claim (claim-major)."""
+        """``n`` HARIS rollouts per claim (claim-major), each with its raw confidence."""
         style = prompt_style(self.reason_llm)
         convs = [reasoning_messages(c, style) for c in claims]
         start = len(self.search_tool.history)
         ids = [chat_prompt_ids(self.reason_llm, c) for c in convs]
-        trajs = run_rollouts(self.reason_llm, ids, self.search_tool, self.reason_params, n=n, messages=convs)
+        tokenizer = getattr(self.reason_llm, "tokenizer", None)
+        watch = VerdictWatch.for_tokenizer(tokenizer) if tokenizer is not None else None
+        params = self.reason_params
+        if watch is not None and watch.usable:  # the engine reports the verdict tokens' log-probs
+            params = dataclasses.replace(params, watch_ids=watch.ids)
+        trajs = run_rollouts(self.reason_llm, ids, self.search_tool, params, n=n, messages=convs)
         history = self.search_tool.history[start:]
         by_question: dict[str, list[SearchResult]] = {}
         for q, res in history:
@@ -214,7 +228,9 @@ class Haris:
             # the tool answers questions in the order they were asked; same-text questions from
             # different rollouts get equivalent answers, so attribution by text is faithful
             searches = [by_question[q].pop(0) if by_question.get(q) else None for q in t.queries]
-            out.append(HarisResult(claim, t, parse_reasoning(t.response_text), searches))
+            parse = parse_reasoning(t.response_text)
+            confidence, source = verdict_confidence(t, parse.verdict, tokenizer, watch)
+            out.append(HarisResult(claim, t, parse, searches, confidence, source))
         return out
 
 
@@ -240,6 +256,7 @@ def format_trace(result: HarisResult) -> str:
             lines.append(f"  [report] {search.report or '(no report; passages passed on)'}")
         lines.append(f"  [result] {result.trajectory.results[i].strip()}")
     lines.append(f"\nVERDICT: {result.verdict or 'none (no valid verification)'}")
+    lines.append(f"raw confidence: {result.raw_confidence:.3f} ({result.confidence_source})")
     lines.append(f"format valid: {result.parse.format_valid}"
                  + (f" ({result.parse.error})" if result.parse.error else ""))
     lines.append(f"finish: {result.trajectory.finish_reason}")

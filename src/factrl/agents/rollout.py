@@ -58,6 +58,9 @@ class RolloutParams:
     response_prefix: text placed at the start of every response before the model writes (e.g.
         ``<think>``, which steers a small model into the tag format); it is injected (mask 0) and
         is part of ``response_text``. Chat-only backends cannot be prefilled and skip it.
+    watch_ids: token ids whose log-probs the engine reports at every generated position
+        (``SamplingParams.watch_ids``), kept in ``Trajectory.response_watched_logprobs``; HARIS
+        watches the verdict words' first tokens to score its confidence. Empty: nothing kept.
     """
 
     max_turns: int = 4
@@ -69,6 +72,7 @@ class RolloutParams:
     seed: int | None = None
     end_tags: tuple[str, ...] = ()
     response_prefix: str = ""
+    watch_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_context_tokens", "max_tool_response_tokens"):
@@ -91,6 +95,9 @@ class Trajectory:
     results: list[str] = field(default_factory=list)  # the tool's answers before truncation
     # the engine's log-prob of each response id (0.0 at injected ids); None when it gave none
     response_logprobs: list[float] | None = None
+    # per response id, the log-probs of RolloutParams.watch_ids at that position (None at injected
+    # ids and where the engine gave none); None when nothing was watched
+    response_watched_logprobs: list[list[float] | None] | None = None
 
     def to_row(self, *, id, prompt_id, agent, round, reward=None, reward_parts=None, format_valid=None) -> dict:
         """A row of :data:`factrl.data.schemas.TRAJECTORIES`."""
@@ -112,6 +119,7 @@ class _State:
     response: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)  # None once a generated span had none
+    watched: list[list[float] | None] = field(default_factory=list)  # per response id (see Trajectory)
     turns: list[tuple[str, str]] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
@@ -124,8 +132,11 @@ class _State:
     def end(self, reason: str) -> None:
         self.done, self.finish, self.pending = True, reason, None
 
-    def generated(self, ids: list[int], logprobs: Sequence[float] | None) -> None:
-        """Append ids the policy sampled (trained: mask 1) with the engine's log-probs of them."""
+    def generated(self, ids: list[int], logprobs: Sequence[float] | None,
+                  watched: Sequence[Sequence[float]] | None = None) -> None:
+        """Append ids the policy sampled (trained: mask 1) with the engine's log-probs of them (and
+        of the watched ids at their positions, where given)."""
+        self.watched += list(watched) if watched is not None and len(watched) == len(ids) else [None] * len(ids)
         self.response += ids
         self.mask += [1] * len(ids)
         if self.logprobs is not None and logprobs is not None and len(logprobs) == len(ids):
@@ -135,6 +146,7 @@ class _State:
 
     def injected(self, ids: list[int]) -> None:
         """Append ids the policy did not sample (a tool's answer, a response prefix): mask 0."""
+        self.watched += [None] * len(ids)
         self.response += ids
         self.mask += [0] * len(ids)
         if self.logprobs is not None:
@@ -146,6 +158,7 @@ class _State:
             response_text="".join(t for _, t in self.turns), num_tool_calls=self.calls,
             finish_reason=self.finish, queries=self.queries, results=self.results,
             response_logprobs=self.logprobs,
+            response_watched_logprobs=self.watched if any(w is not None for w in self.watched) else None,
         )
 
 
@@ -210,7 +223,7 @@ def _after_turn(s: _State, text: str, stopped: bool, tools: dict[str, Tool], par
 def _sampling(params: RolloutParams, max_tokens: int, stops, turn: int) -> SamplingParams:
     return SamplingParams(
         max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p, stop=stops,
-        include_stop=True, seed=None if params.seed is None else params.seed + turn,
+        include_stop=True, seed=None if params.seed is None else params.seed + turn, watch_ids=params.watch_ids,
     )
 
 
@@ -247,7 +260,8 @@ def _token_loop(llm, prompt: list[int], tools: dict[str, Tool], params: RolloutP
         turn += 1
         # the engine's ids as sampled (an ending EOS included); never re-tokenized or substituted
         ids = list(c.token_ids) if c.token_ids is not None else _encode(tokenizer, c.text)
-        s.generated(ids, c.logprobs if c.token_ids is not None else None)
+        s.generated(ids, c.logprobs if c.token_ids is not None else None,
+                    c.watched_logprobs if c.token_ids is not None else None)
         s.turns.append(("model", tokenizer.decode(ids, skip_special_tokens=True)))
         _after_turn(s, c.text, c.finish_reason == "stop", tools, params)
         if s.pending is None:

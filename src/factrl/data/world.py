@@ -884,7 +884,10 @@ def variant_sets(splits: dict[str, pa.Table], variants: list[dict] | None) -> di
     by_id = {v["id"]: v for v in variants}
 
     def where(table: pa.Table, key: str, value: bool = True) -> pa.Table:
-        return table.filter(pa.array([by_id[i][key] == value for i in table.column("id").to_pylist()], pa.bool_()))
+        # a reviewer correction with an id the world did not generate (prepare.corrections) is
+        # neither a clean variant nor held out
+        return table.filter(pa.array([by_id.get(i, {}).get(key, False) == value for i in table.column("id").to_pylist()],
+                                     pa.bool_()))
 
     sets: dict[str, pa.Table] = {}
     if any(v["heldout_combination"] for v in variants):

@@ -1,7 +1,8 @@
 """Evaluation plots as Vega-Lite specs, rendered offline to PNG or SVG with ``vl_convert``.
 
-Two plots: accuracy per hop setting per system (grouped bars with the bootstrap interval as an error
-bar), and reward curves per training round (mean reward per step, one line per agent and round).
+Three plots: accuracy per hop setting per system (grouped bars with the bootstrap interval as an error
+bar), reward curves per training round (mean reward per step, one line per agent and round), and
+reliability diagrams of the HARIS checkpoints' raw and calibrated confidence.
 The specs are plain dicts, so the pipeline can also save them as JSON for DVC's plot viewer.
 """
 
@@ -78,6 +79,43 @@ def reward_curve_spec(points: Sequence[Mapping]) -> dict:
             "y": {"field": "reward", "type": "quantitative", "title": "mean reward"},
             "color": {"field": "series", "type": "nominal", "title": "agent, round"},
         },
+    }
+
+
+def reliability_spec(calibration: Mapping) -> dict:
+    """Reliability diagrams: accuracy against mean confidence per confidence bin (all hops), one line
+    per system and confidence (raw, calibrated), point size the bin's claim count, and the diagonal
+    of perfect calibration. ``calibration``: dataset -> system -> hop -> metrics, as
+    ``factrl.eval.runner.apply_calibration`` measures them (bins of ``reliability_raw`` /
+    ``reliability_calibrated``)."""
+    values = [
+        {"system": system if len(calibration) == 1 else f"{dataset}: {system}", "kind": kind,
+         "confidence": b["confidence"], "accuracy": b["accuracy"], "count": b["count"]}
+        for dataset, by_system in calibration.items() for system, by_hop in by_system.items()
+        for kind in ("raw", "calibrated") for b in by_hop.get("all", {}).get(f"reliability_{kind}", [])
+    ]
+    if not values:
+        raise ValueError("no reliability bins to plot")
+    unit = {"type": "quantitative", "scale": {"domain": [0, 1]}}
+    xy = {"x": {"field": "confidence", **unit, "title": "mean confidence in bin"},
+          "y": {"field": "accuracy", **unit, "title": "accuracy in bin"},
+          "color": {"field": "system", "type": "nominal", "title": "system"}}
+    return {
+        "$schema": SCHEMA,
+        "title": "reliability: accuracy per confidence bin (diagonal = calibrated)",
+        "width": 320,
+        "height": 320,
+        "layer": [
+            {"data": {"values": [{"x": 0, "y": 0}, {"x": 1, "y": 1}]},
+             "mark": {"type": "line", "color": "gray", "strokeDash": [2, 2]},
+             "encoding": {"x": {"field": "x", **unit}, "y": {"field": "y", **unit}}},
+            {"data": {"values": values}, "mark": "line",
+             "encoding": {**xy, "strokeDash": {"field": "kind", "type": "nominal", "title": "confidence"},
+                          "detail": {"field": "kind"}, "order": {"field": "confidence", "type": "quantitative"}}},
+            {"data": {"values": values}, "mark": {"type": "point", "filled": True},
+             "encoding": {**xy, "shape": {"field": "kind", "type": "nominal", "title": "confidence"},
+                          "size": {"field": "count", "type": "quantitative", "title": "claims in bin"}}},
+        ],
     }
 
 

@@ -229,8 +229,10 @@ def render_report(
     title: str = "Evaluation",
     notes: Sequence[str] = (),
     plots: Sequence[str] = (),
+    sections: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The whole markdown report. ``notes``: extra lines (settings, sample sizes); ``plots``: image paths."""
+    """The whole markdown report. ``notes``: extra lines (settings, sample sizes); ``plots``: image paths;
+    ``sections``: further ``(heading, markdown)`` parts placed before the plots (calibration)."""
     rows = list(rows)
     parts = [f"# {title}", ""]
     parts += [f"- {n}" for n in notes]
@@ -255,6 +257,8 @@ def render_report(
                       hop_accuracy_markdown(nested, dataset), ""]
     if rows:
         parts += ["## Bootstrap 95% intervals", "", intervals_markdown(rows), ""]
+    for heading, body in sections:
+        parts += [f"## {heading}", "", body, ""]
     if plots:
         parts += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     return "\n".join(parts)

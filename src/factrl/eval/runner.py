@@ -60,6 +60,9 @@ class ClaimRun:
     questions: questions asked to a search agent (HARIS) or sub-claims checked (Decompose-Then-Verify).
     searches: retriever calls made for the claim, over all agents.
     trajectories: (agent, trajectory, format_valid) of every rollout behind the verdict.
+    raw_confidence: the system's own probability that ``verdict`` is right, in [0, 1] (HARIS: the
+        verdict token's, ``factrl.agents.confidence``; 0.0 without a verdict); None for systems
+        that give none (the baselines). Uncalibrated: ``factrl.eval.calibration`` maps it.
     """
 
     verdict: str | None
@@ -67,6 +70,7 @@ class ClaimRun:
     searches: int = 0
     format_valid: bool | None = None
     trajectories: list[tuple[str, Trajectory, bool | None]] = field(default_factory=list)
+    raw_confidence: float | None = None
 
 
 class System(Protocol):
@@ -109,7 +113,7 @@ class HarisSystem:
             out.append(ClaimRun(
                 verdict=res.verdict, questions=res.trajectory.num_tool_calls,
                 searches=sum(s.trajectory.num_tool_calls for s in searches),
-                format_valid=res.parse.format_valid, trajectories=trajs,
+                format_valid=res.parse.format_valid, trajectories=trajs, raw_confidence=res.raw_confidence,
             ))
         return out
 
@@ -316,18 +320,25 @@ def _hop_groups(hops: Sequence[int | None]) -> list[tuple[int | None, list[int]]
 @dataclass
 class EvalResult:
     """rows: METRICS rows; predictions: one dict per (dataset, system, claim); trajectories:
-    TRAJECTORIES rows of the traced claims; seconds: wall time per (dataset, system)."""
+    TRAJECTORIES rows of the traced claims; seconds: wall time per (dataset, system); calibration:
+    what :func:`apply_calibration` measured (dataset -> system -> hop -> metrics), empty without it."""
 
     rows: list[dict]
     predictions: list[dict]
     trajectories: list[dict]
     seconds: dict[str, float]
+    calibration: dict = field(default_factory=dict)
 
 
-# one row per (dataset, system, claim): what `evaluate` writes to metrics/predictions.parquet
+# one row per (dataset, system, claim): what `evaluate` writes to metrics/predictions.parquet.
+# verdict: SUPPORTS | REFUTES | null (none); questions / searches: as ClaimRun's; raw_confidence: the
+# system's own P(verdict is right) (ClaimRun.raw_confidence; null for systems without one);
+# confidence: raw_confidence through the checkpoint's calibration map (metrics/calibration/; null
+# when evaluate.calibration is off or the system has no map)
 PREDICTIONS = pa.schema([("dataset", pa.string()), ("system", pa.string()), ("claim_id", pa.string()),
                          ("num_hops", pa.int64()), ("label", pa.string()), ("verdict", pa.string()),
-                         ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_())])
+                         ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_()),
+                         ("raw_confidence", pa.float64()), ("confidence", pa.float64())])
 
 
 def run_system(system: System, claims: list[str], retriever, batch_size: int) -> list[ClaimRun]:
@@ -395,7 +406,8 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
                 predictions.append({"dataset": eval_set.name, "system": system.name, "claim_id": ids[i],
                                     "num_hops": hops[i], "label": labels[i], "verdict": run.verdict,
                                     "questions": run.questions, "searches": run.searches,
-                                    "format_valid": run.format_valid})
+                                    "format_valid": run.format_valid, "raw_confidence": run.raw_confidence,
+                                    "confidence": None})
                 if i < trace_claims:
                     traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], run)
             for hop, idx in _hop_groups(hops):
@@ -404,6 +416,116 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
                     [runs[i].questions for i in idx], [runs[i].searches for i in idx],
                     n_boot=n_boot, seed=seed, positive_only=eval_set.positives_only)
     return EvalResult(rows, predictions, traces, seconds)
+
+
+# --------------------------------------------------------------------------------------------
+# calibrated confidence
+# --------------------------------------------------------------------------------------------
+
+
+def fit_calibrators(systems: Sequence[System], dev: EvalSet, *, method: str, per_hop: int, seed: int = 0,
+                    batch_size: int = EvaluateParams.batch_size, fitted_on: str = "",
+                    checkpoints: Mapping[str, Mapping] | None = None) -> tuple[dict, dict]:
+    """One calibration map per system that reports a raw confidence (the HARIS checkpoints), fitted
+    on ``dev`` (sampled as an eval set: ``per_hop`` claims per hop, balanced labels) with ``method``
+    (``factrl.eval.calibration.METHODS``). Returns ``({system: Calibrator}, {system: seconds})``;
+    ``checkpoints`` (system -> its models) is stored in each map for readers such as the service."""
+    from factrl.eval.calibration import Calibrator
+
+    sample = sample_set(dev, per_hop, seed)
+    texts, labels = sample.column("claim").to_pylist(), sample.column("label").to_pylist()
+    if not texts:
+        log.warning("calibration: no claims sampled from %s (per_hop %d): no maps fitted", dev.name, per_hop)
+    fitted, seconds = {}, {}
+    for system in systems:
+        if not isinstance(system, HarisSystem) or not texts:
+            continue
+        t0 = time.perf_counter()
+        runs = run_system(system, texts, dev.retriever, batch_size)
+        free_engine_memory(system)
+        seconds[system.name] = time.perf_counter() - t0
+        correct = [r.verdict == y for r, y in zip(runs, labels)]
+        meta = {"name": system.name, **dict((checkpoints or {}).get(system.name, {}))}
+        fitted[system.name] = Calibrator(method, checkpoint=meta).fit(
+            [r.raw_confidence for r in runs], correct, fitted_on=fitted_on or dev.name)
+        log.info("calibration of %s: %d dev claims in %.1f s, dev accuracy %.3f", system.name, len(texts),
+                 seconds[system.name], fitted[system.name].accuracy)
+    return fitted, seconds
+
+
+def apply_calibration(result: EvalResult, calibrators: Mapping) -> EvalResult:
+    """Fill each prediction's calibrated ``confidence`` from its system's map, and measure the raw
+    and calibrated confidences per (dataset, system, hop) and pooled (hop ``all``): METRICS rows
+    ``ece_raw``, ``ece_calibrated``, ``brier_raw``, ``brier_calibrated`` per hop (into
+    ``result.rows``, so metrics/eval.json), and everything, pooled included, with the reliability
+    diagrams and coverage curves in ``result.calibration``. Systems without raw
+    confidences (the baselines) are left out."""
+    from factrl.eval.calibration import calibration_metrics
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for p in result.predictions:
+        if p.get("raw_confidence") is not None:
+            groups.setdefault((p["dataset"], p["system"]), []).append(p)
+    for (dataset, system), preds in groups.items():
+        cal = calibrators.get(system)
+        if cal is not None:
+            for p, c in zip(preds, cal.predict([p["raw_confidence"] for p in preds])):
+                p["confidence"] = c
+        by_hop = {"all": preds} | {f"{h}hop": [p for p in preds if p["num_hops"] == h]
+                                   for h in sorted({p["num_hops"] for p in preds} - {None})}
+        for hop, sel in by_hop.items():
+            correct = [p["verdict"] == p["label"] for p in sel]
+            m = calibration_metrics([p["raw_confidence"] for p in sel],
+                                    [p["confidence"] for p in sel] if cal is not None else None, correct)
+            result.calibration.setdefault(dataset, {}).setdefault(system, {})[hop] = m
+            if hop == "all" and len(by_hop) > 1:
+                continue  # eval.json is per hop ("all" is a set without hop counts); pooled: calibration.json
+            num_hops = None if hop == "all" else int(hop.removesuffix("hop"))
+            for metric in ("ece_raw", "ece_calibrated", "brier_raw", "brier_calibrated"):
+                if metric in m:
+                    result.rows.append({"dataset": dataset, "system": system, "num_hops": num_hops, "n": m["n"],
+                                        "metric": metric, "value": m[metric], "ci_low": None, "ci_high": None})
+    return result
+
+
+def calibration_markdown(calibration: Mapping, maps: Mapping | None = None) -> str:
+    """The report's calibration section: ECE / Brier per system and hop, then per system the pooled
+    reliability diagram (raw and calibrated bins) and the coverage-accuracy curve."""
+    from factrl.eval.calibration import ECE_BINS
+    from factrl.eval.report import markdown_table
+
+    def num(v):
+        return "–" if v is None else f"{v:.3f}"
+
+    parts = [f"ECE over {ECE_BINS} equal-width confidence bins and Brier score of each HARIS checkpoint's raw "
+             "confidence (the verdict token's probability) and of its calibrated confidence (the map fitted on "
+             "dev claims, never on these)."]
+    for name, cal in (maps or {}).items():
+        parts.append(f"- {name}: {cal.method} map fitted on {cal.n} runs of {cal.fitted_on} "
+                     f"(dev accuracy {num(cal.accuracy)})")
+    body = [[dataset, system, hop, str(m["n"]), num(m["ece_raw"]), num(m.get("ece_calibrated")),
+             num(m["brier_raw"]), num(m.get("brier_calibrated"))]
+            for dataset, by_system in calibration.items() for system, by_hop in by_system.items()
+            for hop, m in by_hop.items()]
+    parts += ["", markdown_table(["Dataset", "System", "Hops", "n", "ECE raw", "ECE calibrated", "Brier raw",
+                                  "Brier calibrated"], body)]
+    for dataset, by_system in calibration.items():
+        for system, by_hop in by_system.items():
+            m = by_hop["all"]
+            rows = []
+            for kind in ("raw", "calibrated"):
+                for b in m.get(f"reliability_{kind}", []):
+                    rows.append([kind, f"{b['low']:.1f}-{b['high']:.1f}", num(b["confidence"]), num(b["accuracy"]),
+                                 str(b["count"])])
+            parts += ["", f"### {dataset}, {system}: reliability diagram (all hops)", "",
+                      markdown_table(["Confidence", "Bin", "Mean confidence", "Accuracy", "Claims"], rows)]
+            which = "calibrated" if "ece_calibrated" in m else "raw"
+            curve = [[f"{c['threshold']:.2f}", f"{100 * c['coverage']:.1f}", "–" if c["accuracy"] is None
+                      else f"{100 * c['accuracy']:.1f}", str(c["answered"])] for c in m["coverage"]]
+            parts += ["", f"Coverage-accuracy: answer only at {which} confidence >= threshold, else "
+                      "\"not enough evidence\" (percent).", "",
+                      markdown_table(["Threshold", "Coverage", "Accuracy answered", "Answered"], curve)]
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,10 +597,13 @@ def load_llm(spec: str, device="auto", precision: str = "auto"):
 def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, plots_dir: Path,
                   traces_path: Path, title: str, notes: Sequence[str] = (),
                   reward_points: Sequence[Mapping] = (), predictions_path: Path | None = None,
-                  gains: Mapping | None = None, gains_path: Path | None = None) -> dict[str, Path]:
+                  gains: Mapping | None = None, gains_path: Path | None = None,
+                  calibration_path: Path | None = None, calibration_maps: Mapping | None = None) -> dict[str, Path]:
     """metrics JSON, the markdown report (Table 1 layout), plots, and the trace page; with
     ``predictions_path`` every claim's verdict per system (Parquet), with ``gains_path`` the paired
-    gains (:func:`paired_gains`)."""
+    gains (:func:`paired_gains`); with ``calibration_path`` the calibration measurements of
+    :func:`apply_calibration` (JSON: reliability bins and coverage curves per dataset, system and hop,
+    and each map's method and size), a reliability plot and a report section."""
     import os
 
     from factrl.eval import plots
@@ -505,8 +630,20 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
     if reward_points:
         written["reward_plot"] = plots.render(plots.reward_curve_spec(reward_points), plots_dir / "reward_curves.png")
         images.append(written["reward_plot"])
+    sections = []
+    if calibration_path is not None:
+        maps = dict(calibration_maps or {})
+        write_json({"maps": {name: cal.to_dict() for name, cal in maps.items()},
+                    "measured": result.calibration}, calibration_path)
+        written["calibration"] = calibration_path
+        if result.calibration:
+            written["reliability_plot"] = plots.render(plots.reliability_spec(result.calibration),
+                                                       plots_dir / "reliability.png")
+            images.append(written["reliability_plot"])
+            sections.append(("Calibrated confidence", calibration_markdown(result.calibration, maps)))
     rel = [os.path.relpath(p, report_path.parent) for p in images]
-    written["report"] = write_report(result.rows, report_path, title=title, notes=notes, plots=rel)
+    written["report"] = write_report(result.rows, report_path, title=title, notes=notes, plots=rel,
+                                     sections=sections)
     write_text(trace_page(result.trajectories, title=f"{title}: traces"), traces_path)
     written["traces"] = traces_path
     return written

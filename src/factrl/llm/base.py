@@ -30,6 +30,10 @@ class SamplingParams:
     seed: makes sampled calls reproducible (and cacheable).
     ignore_eos: keep generating past end-of-sequence until ``max_tokens`` (vLLM's option of the
         same name; benchmarks use it to compare engines on an exact token count).
+    watch_ids: token ids whose log-probs the engine also reports at every generated position
+        (:attr:`Completion.watched_logprobs`), e.g. the first tokens of the verdict words, from
+        which HARIS reads a confidence at the position where it wrote its verdict. Engines that
+        cannot (HTTP backends) ignore it; empty (the default) costs nothing.
     """
 
     max_tokens: int = 256
@@ -40,6 +44,7 @@ class SamplingParams:
     include_stop: bool = True
     seed: int | None = None
     ignore_eos: bool = False
+    watch_ids: tuple[int, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -58,6 +63,8 @@ class Completion:
     logprobs: the backend's log-prob of each of ``token_ids`` under the distribution it sampled
         from (temperature applied, before top-p), where it exposes them; a trainer compares them
         with its own to measure and correct the engine/trainer mismatch.
+    watched_logprobs: per id of ``token_ids``, the log-probs of ``SamplingParams.watch_ids`` (in that
+        order) under the same distribution, where the request asked for them and the engine can.
     """
 
     text: str
@@ -67,6 +74,7 @@ class Completion:
     completion_tokens: int = 0
     extra: dict = field(default_factory=dict)
     logprobs: list[float] | None = None
+    watched_logprobs: list[list[float]] | None = None
 
 
 class TokensUnsupported(NotImplementedError):  # noqa: N818 - reads as a sentence at the raise site

@@ -32,7 +32,10 @@ def cacheable(params: SamplingParams) -> bool:
 
 def cache_key(model: str, kind: str, item, params: SamplingParams) -> str:
     """sha256 over canonical JSON of everything that determines the output."""
-    payload = {"model": model, "kind": kind, "input": item, "params": dataclasses.asdict(params)}
+    fields = dataclasses.asdict(params)
+    if not fields["watch_ids"]:  # added later: keys of calls without it stay what they were
+        del fields["watch_ids"]
+    payload = {"model": model, "kind": kind, "input": item, "params": fields}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -234,14 +234,15 @@ def row_seed(seed: int, row: int) -> int:
 @dataclass
 class GenerationRequest:
     """One row in the step-level engine: its prompt, sampling, sampler and output so far (the
-    sampled ids, an ending EOS included, and the engine's log-prob of each). ``completion`` is set
-    when the row finishes."""
+    sampled ids, an ending EOS included, and the engine's log-prob of each, with the log-probs of
+    ``params.watch_ids`` at each position when asked for). ``completion`` is set when the row finishes."""
 
     prompt: list[int]
     params: SamplingParams
     generator: torch.Generator | None
     out: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    watched: list[list[float]] = field(default_factory=list)
     finish_reason: str = "length"
     ended_by_eos: bool = False
     completion: Completion | None = None
@@ -521,25 +522,32 @@ class LocalLLM:
             emitted.append([self._sample_row(logits[row][-1], r, greedy and greedy[last[row]])])
             accepted.append(0)
             sources.append(logits[row])
-        return self._emit(emitted, accepted, self._logprobs(sources, emitted))
+        return self._emit(emitted, accepted, *self._logprobs(sources, emitted))
 
-    def _logprobs(self, sources: list[torch.Tensor], emitted: list[list[int]]) -> list[list[float]]:
-        """The engine's log-prob of every emitted token, per row of ``emitted`` (slot order).
+    def _logprobs(self, sources: list[torch.Tensor], emitted: list[list[int]]
+                  ) -> tuple[list[list[float]], list[list[list[float]] | None]]:
+        """The engine's log-prob of every emitted token, per row of ``emitted`` (slot order), and,
+        for rows whose request watches ids (``SamplingParams.watch_ids``), the log-probs of those ids
+        at each emitted position (None for the other rows).
 
         Row ``i``'s token ``j`` was sampled from ``sources[i][j]`` (``[>= len(emitted[i]), V]``
         logits: a speculating row's draft positions, else one row), at the row's temperature (1
-        when greedy), as the trainer scores it. One batched log-softmax for the whole step.
+        when greedy), as the trainer scores it. One batched log-softmax for the whole step; watched
+        ids are a gather from it (a few columns: free next to the softmax).
         """
         rows = torch.cat([src[: len(toks)] for src, toks in zip(sources, emitted)]).float()
         temps = [r.params.temperature if r.params.temperature > 0 else 1.0 for r in self._running]
         temp = torch.tensor([t for t, toks in zip(temps, emitted) for _ in toks], device=rows.device)
         picked = torch.tensor([t for toks in emitted for t in toks], device=rows.device)
-        flat = torch.log_softmax(rows / temp[:, None], dim=-1).gather(1, picked[:, None])[:, 0].tolist()
-        out, start = [], 0
-        for toks in emitted:
+        logp = torch.log_softmax(rows / temp[:, None], dim=-1)
+        flat = logp.gather(1, picked[:, None])[:, 0].tolist()
+        out, watched, start = [], [], 0
+        for r, toks in zip(self._running, emitted):
             out.append(flat[start : start + len(toks)])
+            ids = r.params.watch_ids
+            watched.append(logp[start : start + len(toks), list(ids)].tolist() if ids else None)
             start += len(toks)
-        return out
+        return out, watched
 
     def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> dict[tuple[int, ...], bool]:
         """Give each distinct prompt of ``new`` the next free slot, load its longest cached prefix
@@ -599,9 +607,10 @@ class LocalLLM:
         return [ngram_draft(r.prompt + r.out, min(self.speculative_tokens, r.params.max_tokens - len(r.out) - 1))
                 if r.params.max_tokens - len(r.out) > 1 else [] for r in rows]
 
-    def _emit(self, emitted: list[list[int]], accepted: list[int], logprobs: list[list[float]]
-              ) -> list[GenerationRequest]:
-        """Append each running row's emitted tokens and their log-probs (slot order); rows that finish
+    def _emit(self, emitted: list[list[int]], accepted: list[int], logprobs: list[list[float]],
+              watched: list[list[list[float]] | None]) -> list[GenerationRequest]:
+        """Append each running row's emitted tokens and their log-probs (and watched log-probs, see
+        :meth:`_logprobs`) in slot order; rows that finish
         leave the batch (their states go to the prefix cache first) and the last running rows move
         into their slots.
 
@@ -609,10 +618,11 @@ class LocalLLM:
         output, so a finished row's cache holds its prompt, its previous output and those.
         """
         done: list[tuple[int, list[int]]] = []  # (slot, the tokens its cache holds)
-        for slot, (tokens, n, lps) in enumerate(zip(emitted, accepted, logprobs)):
+        for slot, (tokens, n, lps, ws) in enumerate(zip(emitted, accepted, logprobs, watched)):
             r = self._running[slot]
             cached = len(r.prompt) + len(r.out) + n
-            if any(self._advance(r, t, lp) for t, lp in zip(tokens, lps)):  # any() stops at the first finish
+            ws = ws if ws is not None else [None] * len(tokens)
+            if any(self._advance(r, t, lp, w) for t, lp, w in zip(tokens, lps, ws)):  # any() stops at the first finish
                 done.append((slot, (r.prompt + r.out)[:cached]))
         finished = []
         for slot, ids in sorted(done, reverse=True):  # from the last slot: moves never touch a finished row
@@ -646,7 +656,8 @@ class LocalLLM:
 
     def _finish(self, r: GenerationRequest) -> None:
         r.completion = decode_completion(self.tokenizer, r.out, r.finish_reason, r.params, ended_by_eos=r.ended_by_eos,
-                                         prompt_tokens=len(r.prompt), logprobs=r.logprobs)
+                                         prompt_tokens=len(r.prompt), logprobs=r.logprobs,
+                                         watched_logprobs=r.watched if r.params.watch_ids else None)
 
     @staticmethod
     @functools.cache  # called for every generated token with the request's (hashable) stop tuple
@@ -658,8 +669,9 @@ class LocalLLM:
         """
         return max((len(s.encode()) for s in stop), default=0) + 2
 
-    def _advance(self, r: GenerationRequest, tok: int, logprob: float) -> bool:
-        """Append the row's sampled token and its log-prob; return whether the row is finished (EOS,
+    def _advance(self, r: GenerationRequest, tok: int, logprob: float, watched: list[float] | None = None) -> bool:
+        """Append the row's sampled token, its log-prob (and the watched ids' log-probs at its position,
+        when the request asked for them); return whether the row is finished (EOS,
         a stop string or the token budget). An EOS is kept: it is the token the policy sampled, and
         training teaches the policy to stop with it.
 
@@ -669,6 +681,8 @@ class LocalLLM:
         """
         r.out.append(tok)
         r.logprobs.append(logprob)
+        if watched is not None:
+            r.watched.append(watched)
         if tok in self.eos_ids and not r.params.ignore_eos:
             r.finish_reason, r.ended_by_eos = "stop", True
             return True

@@ -64,17 +64,20 @@ def trim_at_stop(text: str, stop: Sequence[str], include_stop: bool) -> tuple[st
 
 def decode_completion(tokenizer, ids: Sequence[int], finish_reason: str, params: SamplingParams, *,
                       ended_by_eos: bool = False, prompt_tokens: int = 0,
-                      logprobs: Sequence[float] | None = None) -> Completion:
+                      logprobs: Sequence[float] | None = None,
+                      watched_logprobs: Sequence[Sequence[float]] | None = None) -> Completion:
     """The completion of generated ``ids`` that ended for ``finish_reason``; with ``ended_by_eos`` the
     last id is the EOS the engine sampled: kept in ``token_ids`` (trained as sampled), left out of the
-    text. A stop string found in the text makes it ``stop`` whatever the engine said."""
+    text. A stop string found in the text makes it ``stop`` whatever the engine said.
+    ``watched_logprobs``: per id, the log-probs of ``params.watch_ids`` (None: not asked for)."""
     ids = [int(i) for i in ids]
     text = tokenizer.decode(ids[:-1] if ended_by_eos else ids, skip_special_tokens=True)
     if params.stop:
         text, stopped = trim_at_stop(text, params.stop, params.include_stop)
         finish_reason = "stop" if stopped else finish_reason
     return Completion(text=text, token_ids=ids, finish_reason=finish_reason, prompt_tokens=prompt_tokens,
-                      completion_tokens=len(ids), logprobs=None if logprobs is None else [float(x) for x in logprobs])
+                      completion_tokens=len(ids), logprobs=None if logprobs is None else [float(x) for x in logprobs],
+                      watched_logprobs=None if watched_logprobs is None else [list(map(float, w)) for w in watched_logprobs])
 
 
 def completion_from_ids(tokenizer, ids: Iterable[int], params: SamplingParams, *, eos_ids: set[int],

@@ -1,0 +1,94 @@
+"""Reviewer corrections merged into the training claims (factrl.data.corrections, stage prepare)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from factrl.data.corrections import merge_corrections
+from factrl.data.schemas import CLAIMS, DataError
+
+
+def _claims(split: str, *ids: str, label: str = "SUPPORTS") -> pa.Table:
+    return pa.Table.from_pylist([{"id": i, "claim": f"claim {i}", "label": label, "num_hops": 2, "source": "world",
+                                  "split": split} for i in ids], schema=CLAIMS)
+
+
+def _write(path, *records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def _fix(ident: str, label: str, note: str = "reviewer ana") -> dict:
+    return {"id": ident, "claim": f"corrected {ident}", "label": label, "num_hops": 2, "source": "corrections",
+            "explanation": note}
+
+
+def test_merge_replaces_adds_and_moves_held_out_claims_to_train(tmp_path):
+    splits = {"train": _claims("train", "t1", "t2"), "dev": _claims("dev", "d1"), "eval": _claims("eval", "e1", "e2")}
+    f1 = _write(tmp_path / "a.jsonl", _fix("t1", "REFUTES"), _fix("new", "REFUTES"), _fix("e2", "REFUTES"))
+    f2 = _write(tmp_path / "b.jsonl", _fix("t1", "SUPPORTS", "reviewer bo"))  # a later file wins
+    out, counts = merge_corrections(splits, [f1, f2])
+    train = {r["id"]: r for r in out["train"].to_pylist()}
+    assert set(train) == {"t1", "t2", "new", "e2"}
+    assert train["t1"]["label"] == "SUPPORTS" and train["t1"]["explanation"] == "reviewer bo"
+    assert train["new"]["label"] == "REFUTES" and train["new"]["split"] == "train"
+    assert train["e2"]["claim"] == "corrected e2"
+    # a corrected held-out claim is trained on, so it leaves eval; nothing is ever added to dev / eval
+    assert out["eval"].column("id").to_pylist() == ["e1"] and out["dev"].num_rows == 1
+    assert counts == {"corrections": 3, "replaced": 1, "added": 1, "moved_from_eval": 1}
+    assert out["train"].schema == CLAIMS
+
+
+def test_no_corrections_changes_nothing():
+    splits = {"train": _claims("train", "t1"), "eval": _claims("eval", "e1")}
+    out, counts = merge_corrections(splits, [])
+    assert out == splits and counts == {"corrections": 0, "replaced": 0, "added": 0}
+
+
+def test_duplicate_id_in_a_file_names_file_row_and_field(tmp_path):
+    bad = _write(tmp_path / "dup.jsonl", _fix("a", "REFUTES"), _fix("b", "REFUTES"), _fix("a", "SUPPORTS"))
+    with pytest.raises(DataError, match=r"dup.jsonl, row 2, field 'id': duplicate id 'a' \(first at row 0\)"):
+        merge_corrections({"train": _claims("train", "t1")}, [bad])
+
+
+def test_bad_correction_rows_and_missing_files_fail_clearly(tmp_path):
+    bad = _write(tmp_path / "bad.jsonl", _fix("a", "REFUTES"), _fix("b", "MAYBE"))
+    with pytest.raises(DataError, match=r"bad.jsonl, row 1, field 'label'"):
+        merge_corrections({"train": _claims("train", "t1")}, [bad])
+    with pytest.raises(FileNotFoundError, match=r"prepare.corrections: .*nope.jsonl does not exist"):
+        merge_corrections({"train": _claims("train", "t1")}, [tmp_path / "nope.jsonl"])
+
+
+def test_prepare_stage_merges_corrections_into_train_only(tmp_path, monkeypatch):
+    """The stage on a small demo world: corrections land in train.parquet with their provenance."""
+    from stages import prepare
+
+    world = {"seed": 3, "num_passages": 120, "num_claims": 40, "hops": [2]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"source": "world", "world": world}}))
+    monkeypatch.chdir(tmp_path)
+    prepare.main("params.yaml", tmp_path / "plain")
+    plain = {n: pq.read_table(tmp_path / "plain" / "claims" / f"{n}.parquet") for n in ("train", "dev", "eval")}
+    train_id = plain["train"].column("id")[0].as_py()
+    eval_id = plain["eval"].column("id")[0].as_py()
+    old_label = plain["train"].column("label")[0].as_py()
+    flipped = "REFUTES" if old_label == "SUPPORTS" else "SUPPORTS"
+    fixes = _write(tmp_path / "fixes.jsonl", _fix(train_id, flipped, "reviewer ana; checkpoint abc"),
+                   _fix("review-1", "SUPPORTS"), _fix(eval_id, "REFUTES"))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"source": "world", "world": world,
+                                                                      "corrections": [fixes]}}))
+    prepare.main("params.yaml", tmp_path / "data")
+    got = {n: pq.read_table(tmp_path / "data" / "claims" / f"{n}.parquet") for n in ("train", "dev", "eval", "warm")}
+    train = {r["id"]: r for r in got["train"].to_pylist()}
+    assert train[train_id]["label"] == flipped and train[train_id]["explanation"] == "reviewer ana; checkpoint abc"
+    assert train[train_id]["source"] == "corrections" and "review-1" in train and eval_id in train
+    assert got["train"].num_rows == plain["train"].num_rows + 2
+    assert eval_id not in got["eval"].column("id").to_pylist()
+    assert got["eval"].num_rows == plain["eval"].num_rows - 1 and got["dev"] == plain["dev"]
+    assert set(got["warm"].column("id").to_pylist()) == set(train)  # a clean world's warm start reads train
+    summary = json.loads((tmp_path / "data" / "prepare_summary.json").read_text())
+    assert summary["corrections"] == {"corrections": 3, "replaced": 1, "added": 1, "moved_from_eval": 1}
