@@ -41,15 +41,17 @@ def test_claim_job_lifecycle(client):
 
 
 def test_text_is_split_into_claims_with_offsets_and_results_stream_as_jsonl(client):
-    text = "Orsa is true. Ilse was born in Varna!  Tessik is a city?"
+    # the decomposer (factrl.verify.decompose, sentences) keeps the two check-worthy sentences and
+    # drops the question and the opinion
+    text = "The film Orsa was a true story, released in 1994. Ilse Maro was born in Varna.  Is Tessik a city? I think it is lovely."
     answer = client.post("/v1/verify", json={"text": text}).json()
-    assert answer["total"] == 3
+    assert answer["total"] == 2
     for claim in answer["claims"]:
         assert text[claim["start"]:claim["end"]] == claim["claim"]
     lines = client.get(f"/v1/jobs/{answer['job_id']}/results.jsonl").text.splitlines()
     results = sorted((json.loads(line) for line in lines), key=lambda r: r["index"])
     assert [r["claim"] for r in results] == [c["claim"] for c in answer["claims"]]
-    assert [r["verdict"] for r in results] == ["SUPPORTS", "REFUTES", "REFUTES"]
+    assert [r["verdict"] for r in results] == ["SUPPORTS", "REFUTES"]
     assert all(text[r["start"]:r["end"]] == r["claim"] for r in results)
 
 
@@ -123,13 +125,14 @@ def test_malformed_batch_json_names_the_line(client):
 
 
 def test_bad_and_oversized_input(tmp_path):
-    svc = make_service(tmp_path, max_claim_chars=20, max_text_chars=50, max_body_bytes=400, max_claims_per_job=3)
+    svc = make_service(tmp_path, max_claim_chars=20, max_text_chars=100, max_body_bytes=400, max_claims_per_job=3)
     try:
         client = TestClient(app_of(svc))
         cases = [
             ({"claim": "x" * 21}, 413, "serve.max_claim_chars"),
-            ({"text": "A b. " * 11}, 413, "serve.max_text_chars"),
-            ({"text": "A. B. C. D."}, 413, "serve.max_claims_per_job"),
+            ({"text": "A b. " * 21}, 413, "serve.max_text_chars"),
+            ({"text": "Ada Lo was born. Bo Li was born. Cy Ma was born. Di Na was born."}, 413,
+             "serve.max_claims_per_job"),
             ({"claim": "  "}, 422, "empty claim"),
             ({"text": ""}, 422, "empty text"),
             ({"claim": "a", "text": "b"}, 422, "exactly one"),

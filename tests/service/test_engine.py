@@ -55,7 +55,8 @@ def test_citations_quote_retrieved_passages_on_demo_claims(demo_world, demo_retr
             assert c["quote"] in question["report"]  # the report copied Doc 1: its sentence is cited
         usage = result["usage"]
         assert usage["model_calls"] == 4 and usage["tokens_in"] > usage["tokens_out"] > 0 and not usage["estimated"]
-        assert result["cost_usd"] == 0.0 and result["raw_confidence"] == 1.0
+        # the scripted LLM reports no log-probs: the run's confidence is uninformative (factrl.agents.confidence)
+        assert result["cost_usd"] == 0.0 and result["raw_confidence"] == 0.5
     assert cited >= len(claims)
 
 
