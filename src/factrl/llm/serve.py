@@ -10,6 +10,11 @@ Concurrent requests are batched: the first request to arrive opens a short colle
 (a few ms), everything that arrives in it with the same sampling params runs as one left-padded
 batch, and each caller gets its own slice back. Batching is what makes 16 concurrent agents
 about as fast over HTTP as one in-process batched call.
+
+Binds 127.0.0.1 unless told otherwise. Bound to any other address it refuses to start unless the
+environment variable ``FACTRL_LLM_TOKEN`` holds a token, and then every ``/v1`` request must carry
+it as ``Authorization: Bearer <token>``: what an OpenAI client sends as its API key, so a client
+points ``api_key_env`` at the same variable.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 from factrl.llm.base import Completion, SamplingParams
-from factrl.servers import free_port, spawn
+from factrl.servers import UnsafeBind, free_port, required_token, spawn
 
-DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise: the server has no auth
+DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise
+TOKEN_ENV = "FACTRL_LLM_TOKEN"  # the bearer token of a server bound beyond loopback
 
 
 @contextlib.contextmanager
@@ -150,11 +156,14 @@ def _token_prompts(prompt) -> list[list[int]]:
     raise ValueError("prompt must be a list of token ids (or a list of such lists)")
 
 
-def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
-    """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``."""
-    from fastapi import FastAPI, HTTPException
+def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | None = None):
+    """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``; every
+    request needs ``Bearer <token>`` when ``token`` is set."""
+    from fastapi import Depends, FastAPI, HTTPException
 
-    app = FastAPI(title="factrl serve-llm")
+    from factrl.servers import bearer_dependency
+
+    app = FastAPI(title="factrl serve-llm", dependencies=[Depends(bearer_dependency(token))])
     batcher = Batcher(llm, window_ms=window_ms, max_batch=max_batch)
 
     @app.get("/v1/models")
@@ -219,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="factrl serve-llm", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_POLICY, help="embedded name, HF directory or hub id")
     ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--host", default=DEFAULT_HOST)
+    ap.add_argument("--host", default=DEFAULT_HOST,
+                    help=f"bind address (loopback unless told otherwise; any other address needs ${TOKEN_ENV})")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="engine weights: auto = bf16 only where the CPU computes it natively (see factrl.hardware)")
@@ -227,9 +237,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--window-ms", type=float, default=5.0, help="how long to collect a batch")
     args = ap.parse_args(argv)
+    try:  # before loading the model: refusing should be instant
+        token = required_token(args.host, TOKEN_ENV, "factrl serve-llm")
+    except UnsafeBind as err:
+        raise SystemExit(str(err)) from None
     llm = LocalLLM(args.model, precision=args.precision, max_batch=args.max_batch, model_name=args.served_model_name,
                    device=args.device)
-    uvicorn.run(create_app(llm, args.window_ms, args.max_batch), host=args.host, port=args.port)
+    uvicorn.run(create_app(llm, args.window_ms, args.max_batch, token), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":
