@@ -74,6 +74,50 @@ def bearer_dependency(token: str | None):
     return authorize
 
 
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` (declared by ``Content-Length`` or sent
+    chunked) is answered 413 with a JSON ``detail`` naming ``setting`` before the app parses it, so
+    one oversized request cannot make a single-process server buffer or parse gigabytes."""
+
+    def __init__(self, app, max_bytes: int, setting: str) -> None:
+        self.app, self.max_bytes, self.setting = app, max_bytes, setting
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send, int(declared))
+        chunks, size, more = [], 0, True
+        while more:  # read the body (bounded) before the app sees it
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                return await self._refuse(send, size)
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, send, size: int) -> None:
+        import json
+
+        detail = json.dumps({"detail": f"request body of {size}+ bytes exceeds {self.setting} ({self.max_bytes})"})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": detail.encode()})
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A currently free TCP port on ``host``."""
     with socket.socket() as s:

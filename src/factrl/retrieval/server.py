@@ -10,7 +10,8 @@ Binds 127.0.0.1 unless told otherwise. Bound to any other address it refuses to 
 environment variable ``FACTRL_RETRIEVER_TOKEN`` holds a token, and then ``/retrieve`` answers only
 requests carrying ``Authorization: Bearer <token>`` (``RetrievalClient`` sends it from the same
 variable); ``/health`` stays open for liveness probes. Requests with too many
-queries, too long queries or a ``topk`` out of range get a 422 with a message, so one caller
+queries, too long queries or a ``topk`` out of range get a 422 with a message, a body over
+``Limits.max_body_bytes`` a 413, so one caller
 cannot make the single-process server spend minutes on a request.
 
 Concurrent requests are micro-batched: the first waiting request opens a window of a few
@@ -32,7 +33,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, field_validator
 
 from factrl.retrieval.index import Hit, Retriever
-from factrl.servers import UnsafeBind, bearer_dependency, required_token
+from factrl.servers import BodyLimit, UnsafeBind, bearer_dependency, required_token
 
 TOKEN_ENV = "FACTRL_RETRIEVER_TOKEN"  # the bearer token of a retriever bound beyond loopback
 
@@ -44,6 +45,7 @@ class Limits:
     max_queries: int = 256
     max_query_chars: int = 2048
     max_topk: int = 100
+    max_body_bytes: int = 4 * 1024 * 1024  # a larger body is answered 413 before it is parsed
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ def create_app(
             return queries
 
     app = FastAPI(title="factrl retriever")
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, setting="Limits.max_body_bytes")
     batcher = MicroBatcher(retriever.search, batching)
     app.state.batcher = batcher
 
