@@ -1,65 +1,36 @@
-"""OpenAICompatLLM against a fault-injecting OpenAI-compatible server: every item of a 200-call
-batch comes back exactly once despite 429s, 500s, timeouts and malformed bodies; a cached rerun
+"""OpenAICompatLLM against a fault-injecting OpenAI-compatible server (tests/fault_llm.py): every item
+of a 200-call batch comes back exactly once despite 429s, 500s, 503s, timeouts, dropped connections,
+malformed or truncated bodies and wrong numbers of choices; a cached rerun
 sends zero requests; the API key reaches the server but never the cache or the logs."""
 
-import asyncio
-import collections
 import logging
 import time
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from factrl.llm.base import SamplingParams, TokensUnsupported
 from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.llm.openai_compat import OpenAICompatLLM
+from tests.fault_llm import FaultyOpenAI, first_attempt_fails
 
 SECRET = "sk-test-SECRET-0123456789"
 
 
-def fault_app(state):
-    """First attempt of item i fails by i % 5: 429+Retry-After, 500, timeout, bad JSON, or none."""
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await request.json()
-        state["auth"].add(request.headers.get("authorization"))
-        content = body["messages"][-1]["content"]
-        item = int(content.split()[-1])
-        state["attempts"][item] += 1
-        state["requests"] += 1
-        if state["attempts"][item] == 1:
-            kind = item % 5
-            if kind == 0:
-                return JSONResponse({"error": {"message": "slow down"}}, 429, headers={"Retry-After": "1"})
-            if kind == 1:
-                return JSONResponse({"error": {"message": "boom"}}, 500)
-            if kind == 2:
-                await asyncio.sleep(8)  # past the client's timeout
-            if kind == 3:
-                return Response("{not json", media_type="application/json")
-        choices = [
-            {"index": k, "message": {"role": "assistant", "content": f"echo {content} #{k}"}, "finish_reason": "stop"}
-            for k in range(body.get("n", 1))
-        ]
-        return {
-            "id": f"c{item}", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": choices, "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        }
-
-    return app
+# every fault of tests.fault_llm, each on the first attempt of every tenth item (kind 9: none)
+KINDS = ["rate_limit", "server_error", "unavailable", "timeout", "bad_json", "truncated_json",
+         "wrong_choices", "no_choices", "dropped", None]
 
 
 @pytest.fixture
 def fault_server(serve_app):
-    state = {"attempts": collections.Counter(), "requests": 0, "auth": set()}
-    return serve_app(fault_app(state)), state
+    server = FaultyOpenAI(first_attempt_fails(KINDS, lambda content: int(content.split()[-1])))
+    return serve_app(server.app), server
 
 
 def test_200_calls_through_faults(fault_server, tmp_path, monkeypatch, caplog):
-    url, state = fault_server
+    url, server = fault_server
     monkeypatch.setenv("FACTRL_TEST_KEY", SECRET)
     caplog.set_level(logging.DEBUG)
     client = OpenAICompatLLM(
@@ -72,14 +43,16 @@ def test_200_calls_through_faults(fault_server, tmp_path, monkeypatch, caplog):
     out = llm.chat(convs, SamplingParams(max_tokens=8))
     assert [o[0].text for o in out] == [f"echo item {i} #0" for i in range(200)]  # none lost or swapped
     assert time.time() - t0 >= 1.0  # Retry-After honoured
-    assert state["auth"] == {f"Bearer {SECRET}"}
-    assert all(state["attempts"][i] == (1 if i % 5 == 4 else 2) for i in range(200))  # no duplicate sends
-    assert client.usage.requests == 200 and client.usage.retries == 160
+    assert server.auth == {f"Bearer {SECRET}"}
+    # each fault struck 20 items once; each item was sent once more after its fault, never again
+    assert server.faults == {kind: 20 for kind in KINDS if kind is not None}
+    assert all(server.attempts[f"item {i}"] == (1 if KINDS[i % 10] is None else 2) for i in range(200))
+    assert client.usage.requests == 200 and client.usage.retries == 180
     assert client.usage.prompt_tokens == 600 and client.usage.cost_usd == pytest.approx((600 + 2 * 400) / 1e6)
 
-    before = state["requests"]
+    before = server.requests
     again = CachedLLM(client, DiskCache(tmp_path / "cache.sqlite")).chat(convs, SamplingParams(max_tokens=8))
-    assert again == out and state["requests"] == before  # rerun: zero requests
+    assert again == out and server.requests == before  # rerun: zero requests
 
     for f in tmp_path.iterdir():
         assert SECRET.encode() not in f.read_bytes()
@@ -89,8 +62,8 @@ def test_200_calls_through_faults(fault_server, tmp_path, monkeypatch, caplog):
 def test_n_and_stop_and_tokens_unsupported(fault_server):
     url, _ = fault_server
     client = OpenAICompatLLM("fake-model", base_url=url, api_key="k", backoff_base=0.01, timeout=1.0)
-    out = client.chat([[{"role": "user", "content": "item 4"}]], SamplingParams(n=3, stop=("</a>",)))
-    assert [c.text for c in out[0]] == [f"echo item 4 #{k}</a>" for k in range(3)]
+    out = client.chat([[{"role": "user", "content": "item 9"}]], SamplingParams(n=3, stop=("</a>",)))
+    assert [c.text for c in out[0]] == [f"echo item 9 #{k}</a>" for k in range(3)]
     with pytest.raises(TokensUnsupported):
         client.complete_tokens([[1]], SamplingParams())
 

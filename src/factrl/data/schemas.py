@@ -235,7 +235,7 @@ def validate(table: pa.Table, schema: pa.Schema, file: str) -> pa.Table:
         col = table.column(f.name)
         try:
             col = col.cast(f.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:  # TypeError: a map column
             row = _first_uncastable_row(col, f.type)
             raise DataError(file, row, f.name, f"expected {f.type}, got {col.type} ({exc})") from None
         if not f.nullable and col.null_count:

@@ -2,7 +2,8 @@
 
 Every reader returns a pyarrow table validated against ``schemas.CLAIMS`` or ``schemas.PASSAGES``
 and raises :class:`~factrl.data.schemas.DataError` naming file, row and field on the first bad
-record (malformed JSON, invalid UTF-8, missing or mistyped field, unknown label, empty claim).
+record (malformed JSON, invalid UTF-8, missing or mistyped field, unknown label, empty claim,
+an id seen before in the same file).
 
 Labels are normalised per source to SUPPORTS / REFUTES / NOT ENOUGH INFO. HOVER's NOT_SUPPORTED
 covers both refuted and unverifiable claims; the HARIS paper scores it as REFUTES (binary task).
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from factrl.data.schemas import CLAIMS, PASSAGES, DataError, validate
@@ -143,8 +145,8 @@ def read_claims_jsonl(path: str | Path, source: str | None = None,
     for row, rec in iter_jsonl(path):
         if keep_labels is not None and known_label(rec.get("label")) not in keep_labels:
             continue
-        rows.append(claim_record(rec, file, row, source))
-    return validate(pa.Table.from_pylist(rows, schema=CLAIMS), CLAIMS, file)
+        rows.append((row, claim_record(rec, file, row, source)))
+    return unique_ids(validate(table_of(rows, CLAIMS, file), CLAIMS, file), file, [r for r, _ in rows])
 
 
 def read_passages_jsonl(path: str | Path, source: str | None = None) -> pa.Table:
@@ -156,10 +158,40 @@ def read_passages_jsonl(path: str | Path, source: str | None = None) -> pa.Table
                 raise DataError(file, row, name, "required field is missing")
         if not isinstance(rec["text"], str):
             raise DataError(file, row, "text", f"expected a string, got {type(rec['text']).__name__}")
-        rows.append(
-            {"id": str(rec["id"]), "title": rec.get("title"), "text": rec["text"], "source": source or Path(file).stem}
-        )
-    return validate(pa.Table.from_pylist(rows, schema=PASSAGES), PASSAGES, file)
+        rows.append((row, {"id": str(rec["id"]), "title": rec.get("title"), "text": rec["text"],
+                           "source": source or Path(file).stem}))
+    return unique_ids(validate(table_of(rows, PASSAGES, file), PASSAGES, file), file, [r for r, _ in rows])
+
+
+def table_of(rows: list[tuple[int, dict]], schema: pa.Schema, file: str) -> pa.Table:
+    """``(line, record)`` pairs as a table of ``schema``; a value arrow cannot convert (an object
+    where a string belongs, a float as ``num_hops``) is a DataError naming its line and field."""
+    try:
+        return pa.Table.from_pylist([r for _, r in rows], schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        pass
+    for row, rec in rows:  # find the first bad value, field by field
+        for f in schema:
+            try:
+                pa.array([rec.get(f.name)], type=f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+                raise DataError(file, row, f.name, f"expected {f.type}, got {rec.get(f.name)!r:.80} ({exc})") from None
+    raise DataError(file, None, None, "records arrow cannot convert")  # not reached: some value failed
+
+
+def unique_ids(table: pa.Table, file: str, rows: list[int] | None = None) -> pa.Table:
+    """``table`` unchanged when its ids are unique, else a DataError naming the second occurrence
+    (``rows``: the file's line of each table row, for JSONL files that skip blank lines)."""
+    ids = table.column("id")
+    if pc.count_distinct(ids).as_py() == len(ids):
+        return table
+    first: dict[str, int] = {}
+    for i, value in enumerate(ids.to_pylist()):
+        if value in first:
+            where = rows or range(len(ids))
+            raise DataError(file, where[i], "id", f"duplicate id {value!r} (first at row {where[first[value]]})")
+        first[value] = i
+    return table
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,7 +205,9 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(str(path), None, None, f"unreadable Parquet: {exc}") from None
-    return validate(table, schema, str(path))
+    table = validate(table, schema, str(path))
+    # claims and passages are looked up by id: a repeated one would silently shadow the other
+    return unique_ids(table, str(path)) if schema in (CLAIMS, PASSAGES) else table
 
 
 def read_claims(path: str | Path) -> pa.Table:

@@ -10,6 +10,11 @@ Concurrent requests are batched: the first request to arrive opens a short colle
 (a few ms), everything that arrives in it with the same sampling params runs as one left-padded
 batch, and each caller gets its own slice back. Batching is what makes 16 concurrent agents
 about as fast over HTTP as one in-process batched call.
+
+Binds 127.0.0.1 unless told otherwise. Bound to any other address it refuses to start unless the
+environment variable ``FACTRL_LLM_TOKEN`` holds a token, and then every ``/v1`` request must carry
+it as ``Authorization: Bearer <token>``: what an OpenAI client sends as its API key, so a client
+points ``api_key_env`` at the same variable.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from factrl.llm.base import Completion, SamplingParams
-from factrl.servers import free_port, spawn
+from factrl.servers import UnsafeBind, free_port, required_token, spawn
 
-DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise: the server has no auth
+DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise
+TOKEN_ENV = "FACTRL_LLM_TOKEN"  # the bearer token of a server bound beyond loopback
 
 
 @contextlib.contextmanager
@@ -39,6 +46,21 @@ def spawn_server(model: str, *, precision: str = "auto", device: str = "auto", t
     url = f"http://{DEFAULT_HOST}:{port}/v1"
     with spawn(cmd, f"{url}/models", timeout=timeout, name="factrl serve-llm"):
         yield url
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Bounds of one request, so that one caller cannot make the server buffer a huge body or
+    generate for minutes: a body over ``max_body_bytes`` is answered 413, an ``n`` or a
+    ``max_tokens`` above these 422 (both naming the limit)."""
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_n: int = 64
+    max_tokens: int = 8192
+
+
+class RequestError(ValueError):
+    """A request field the server cannot honour (answered 422 with this message)."""
 
 
 class Batcher:
@@ -97,20 +119,39 @@ def _group_by_params(pending: list) -> dict[tuple[str, SamplingParams], list]:
     return groups
 
 
-def params_from_request(body: dict) -> SamplingParams:
-    """OpenAI request fields -> SamplingParams (stop strings are stripped later, OpenAI-style)."""
+def _number(body: dict, field: str, default, kind: type, low: float, high: float):
+    """``body[field]`` (``default`` when absent or null) as ``kind`` within ``[low, high]``, else a
+    RequestError naming the field."""
+    value = body.get(field)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise RequestError(f"{field}: expected {'an integer' if kind is int else 'a number'}, got {value!r:.60}")
+    if not low <= value <= high:
+        raise RequestError(f"{field}: {value} is outside [{low}, {high}]")
+    return kind(value)
+
+
+def params_from_request(body: dict, limits: RequestLimits = RequestLimits()) -> SamplingParams:
+    """OpenAI request fields -> SamplingParams (stop strings are stripped later, OpenAI-style);
+    a field of the wrong type or out of range is a :class:`RequestError` naming it."""
     stop = body.get("stop") or ()
     if isinstance(stop, str):
         stop = (stop,)
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
+        raise RequestError(f"stop: expected a string or at most 16 non-empty strings, got {stop!r:.60}")
+    field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise RequestError(f"seed: expected a non-negative integer, got {seed!r:.60}")
     return SamplingParams(
-        max_tokens=int(max_tokens),
-        temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
-        top_p=float(body.get("top_p") if body.get("top_p") is not None else 1.0),
-        n=int(body.get("n") or 1),
+        max_tokens=_number(body, field, min(256, limits.max_tokens), int, 1, limits.max_tokens),
+        temperature=_number(body, "temperature", 1.0, float, 0.0, 100.0),
+        top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0),
+        n=_number(body, "n", 1, int, 1, limits.max_n),
         stop=tuple(stop),
         include_stop=True,  # kept so that the matched string can be reported as stop_reason
-        seed=body.get("seed"),
+        seed=seed,
         ignore_eos=bool(body.get("ignore_eos", False)),  # vLLM's extension, same meaning
     )
 
@@ -140,21 +181,50 @@ def _completion_choice(index: int, comp: Completion, body: dict, stop: Sequence[
     return out
 
 
+def _is_ids(prompt) -> bool:
+    return (isinstance(prompt, list) and bool(prompt)
+            and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in prompt))
+
+
 def _token_prompts(prompt) -> list[list[int]]:
     """The ``prompt`` of a completions request as token-id lists (this server takes ids only)."""
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+    if _is_ids(prompt):
         return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, list) and p and all(isinstance(t, int) for t in p)
-                                                   for p in prompt):
+    if isinstance(prompt, list) and prompt and all(_is_ids(p) for p in prompt):
         return prompt
-    raise ValueError("prompt must be a list of token ids (or a list of such lists)")
+    raise RequestError("prompt: must be a list of token ids (or a list of such lists)")
 
 
-def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
-    """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``."""
-    from fastapi import FastAPI, HTTPException
+def _chat_messages(messages) -> list[dict]:
+    """The ``messages`` of a chat request as ``{role, content}`` with string contents."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: must be a non-empty list of {role, content}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(f"messages[{i}]: must be an object with a string role")
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            raise RequestError(f"messages[{i}].content: must be a string (content parts are not supported)")
+        out.append({"role": m["role"], "content": content or ""})
+    return out
 
-    app = FastAPI(title="factrl serve-llm")
+
+def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | None = None,
+               limits: RequestLimits = RequestLimits()):
+    """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``; every
+    request needs ``Bearer <token>`` when ``token`` is set; requests are bounded by ``limits``."""
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.responses import JSONResponse
+
+    from factrl.servers import BodyLimit, bearer_dependency
+
+    app = FastAPI(title="factrl serve-llm", dependencies=[Depends(bearer_dependency(token))])
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, setting="--max-body-bytes")
+
+    @app.exception_handler(RequestError)
+    async def bad_request(request: Request, exc: RequestError):
+        return JSONResponse({"detail": str(exc)}, 422)
     batcher = Batcher(llm, window_ms=window_ms, max_batch=max_batch)
 
     @app.get("/v1/models")
@@ -163,13 +233,11 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: dict):
-        messages = body.get("messages")
-        if not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
-            raise HTTPException(400, "messages must be a non-empty list of {role, content}")
+        messages = _chat_messages(body.get("messages"))
         if body.get("stream"):
             raise HTTPException(400, "streaming is not supported")
-        params = params_from_request(body)
-        comps = await batcher.submit([{"role": m["role"], "content": m.get("content") or ""} for m in messages], params)
+        params = params_from_request(body, limits)
+        comps = await batcher.submit(messages, params)
         prompt_tokens = comps[0].prompt_tokens if comps else 0
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -188,11 +256,10 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64):
     async def completions(body: dict):
         if body.get("stream"):
             raise HTTPException(400, "streaming is not supported")
-        try:
-            prompts = _token_prompts(body.get("prompt"))
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
-        params = params_from_request(body)
+        prompts = _token_prompts(body.get("prompt"))
+        if len(prompts) > limits.max_n:
+            raise RequestError(f"prompt: {len(prompts)} prompts in one request; at most {limits.max_n}")
+        params = params_from_request(body, limits)
         results = await asyncio.gather(*(batcher.submit(p, params, kind="tokens") for p in prompts))
         choices = [_completion_choice(i * params.n + j, c, body, params.stop)
                    for i, comps in enumerate(results) for j, c in enumerate(comps)]
@@ -219,17 +286,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="factrl serve-llm", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_POLICY, help="embedded name, HF directory or hub id")
     ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--host", default=DEFAULT_HOST)
+    ap.add_argument("--host", default=DEFAULT_HOST,
+                    help=f"bind address (loopback unless told otherwise; any other address needs ${TOKEN_ENV})")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="engine weights: auto = bf16 only where the CPU computes it natively (see factrl.hardware)")
     ap.add_argument("--device", default="auto", help="auto (CUDA when visible, else CPU), cpu, cuda or cuda:N")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--window-ms", type=float, default=5.0, help="how long to collect a batch")
+    ap.add_argument("--max-body-bytes", type=int, default=RequestLimits.max_body_bytes,
+                    help="larger request bodies are answered 413")
+    ap.add_argument("--max-n", type=int, default=RequestLimits.max_n, help="most completions per request")
+    ap.add_argument("--max-tokens", type=int, default=RequestLimits.max_tokens, help="most tokens per completion")
     args = ap.parse_args(argv)
+    try:  # before loading the model: refusing should be instant
+        token = required_token(args.host, TOKEN_ENV, "factrl serve-llm")
+    except UnsafeBind as err:
+        raise SystemExit(str(err)) from None
     llm = LocalLLM(args.model, precision=args.precision, max_batch=args.max_batch, model_name=args.served_model_name,
                    device=args.device)
-    uvicorn.run(create_app(llm, args.window_ms, args.max_batch), host=args.host, port=args.port)
+    limits = RequestLimits(args.max_body_bytes, args.max_n, args.max_tokens)
+    uvicorn.run(create_app(llm, args.window_ms, args.max_batch, token, limits), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

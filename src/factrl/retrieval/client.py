@@ -2,10 +2,13 @@
 
 Connection errors, timeouts and 5xx/429 answers are retried with exponential backoff; a 4xx
 answer means the request itself is wrong, so it is raised at once with the server's message.
+A server bound beyond loopback wants a bearer token: the client sends the one in the environment
+variable ``FACTRL_RETRIEVER_TOKEN`` when it is set (the key stays out of reprs and errors).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
@@ -14,6 +17,7 @@ import httpx
 from factrl.retrieval.index import Hit
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+TOKEN_ENV = "FACTRL_RETRIEVER_TOKEN"  # as factrl.retrieval.server reads it (not imported: no FastAPI here)
 
 
 class RetrievalError(RuntimeError):
@@ -43,7 +47,9 @@ class RetrievalClient:
         backoff: float = 0.5,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self.http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport, headers=headers)
         self.retries = retries
         self.backoff = backoff
 

@@ -6,8 +6,12 @@
 ``"<title>"\\n<text>``, the layout those clients split on to show a title line.
 ``GET /health`` reports the index size and mode.
 
-Binds 127.0.0.1 unless told otherwise: the service has no authentication. Requests with too many
-queries, too long queries or a ``topk`` out of range get a 422 with a message, so one caller
+Binds 127.0.0.1 unless told otherwise. Bound to any other address it refuses to start unless the
+environment variable ``FACTRL_RETRIEVER_TOKEN`` holds a token, and then ``/retrieve`` answers only
+requests carrying ``Authorization: Bearer <token>`` (``RetrievalClient`` sends it from the same
+variable); ``/health`` stays open for liveness probes. Requests with too many
+queries, too long queries or a ``topk`` out of range get a 422 with a message, a body over
+``Limits.max_body_bytes`` a 413, so one caller
 cannot make the single-process server spend minutes on a request.
 
 Concurrent requests are micro-batched: the first waiting request opens a window of a few
@@ -24,11 +28,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, field_validator
 
 from factrl.retrieval.index import Hit, Retriever
+from factrl.servers import BodyLimit, UnsafeBind, bearer_dependency, required_token
+
+TOKEN_ENV = "FACTRL_RETRIEVER_TOKEN"  # the bearer token of a retriever bound beyond loopback
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class Limits:
     max_queries: int = 256
     max_query_chars: int = 2048
     max_topk: int = 100
+    max_body_bytes: int = 4 * 1024 * 1024  # a larger body is answered 413 before it is parsed
 
 
 @dataclass(frozen=True)
@@ -150,9 +158,11 @@ def format_hits(hits: list[list[Hit]], return_scores: bool) -> dict:
 
 
 def create_app(
-    retriever: Retriever, limits: Limits = Limits(), batching: BatchPolicy = BatchPolicy()
+    retriever: Retriever, limits: Limits = Limits(), batching: BatchPolicy = BatchPolicy(),
+    token: str | None = None,
 ) -> FastAPI:
-    """A FastAPI app serving ``retriever`` under ``limits``, micro-batching per ``batching``."""
+    """A FastAPI app serving ``retriever`` under ``limits``, micro-batching per ``batching``;
+    ``/retrieve`` needs ``Bearer <token>`` when ``token`` is set."""
 
     class RetrieveRequest(BaseModel):
         queries: list[str] = Field(min_length=1, max_length=limits.max_queries)
@@ -170,6 +180,7 @@ def create_app(
             return queries
 
     app = FastAPI(title="factrl retriever")
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, setting="Limits.max_body_bytes")
     batcher = MicroBatcher(retriever.search, batching)
     app.state.batcher = batcher
 
@@ -179,7 +190,7 @@ def create_app(
                 "embedder": retriever.manifest.get("embedder"),
                 "batched_searches": batcher.batches, "queries_served": batcher.queries}
 
-    @app.post("/retrieve")
+    @app.post("/retrieve", dependencies=[Depends(bearer_dependency(token))])
     async def retrieve(request: RetrieveRequest) -> dict:
         hits = await batcher.submit(request.queries, request.topk)
         return format_hits(hits, request.return_scores)
@@ -196,10 +207,13 @@ def serve(
     batching: BatchPolicy = BatchPolicy(),
     device: str = "auto",
 ) -> None:
-    """Load the index (its query embedder on ``device``) and serve it with uvicorn until interrupted."""
+    """Load the index (its query embedder on ``device``) and serve it with uvicorn until interrupted;
+    :class:`~factrl.servers.UnsafeBind` before loading anything when ``host`` is not loopback and
+    ``FACTRL_RETRIEVER_TOKEN`` is unset."""
     import uvicorn
 
-    app = create_app(Retriever(index_dir, mode=mode, device=device), limits, batching)
+    token = required_token(host, TOKEN_ENV, "factrl serve-retriever")
+    app = create_app(Retriever(index_dir, mode=mode, device=device), limits, batching, token)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -210,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="factrl serve-retriever", description="serve an index over HTTP")
     parser.add_argument("--index", default="index", help="index directory written by the index stage")
     parser.add_argument("--mode", default="dense", choices=["bm25", "dense", "hybrid"])
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback unless told otherwise)")
+    parser.add_argument("--host", default="127.0.0.1", help=f"bind address (loopback unless told otherwise; any "
+                                                             f"other address needs a bearer token in ${TOKEN_ENV})")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--batch-wait-ms", type=float, default=BatchPolicy.max_wait_ms,
                         help="how long a request waits for concurrent ones to share its search")
@@ -219,5 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto",
                         help="where the query embedder runs: auto (CUDA when visible, else CPU), cpu, cuda or cuda:N")
     args = parser.parse_args(argv)
-    serve(args.index, mode=args.mode, host=args.host, port=args.port,
-          batching=BatchPolicy(args.batch_wait_ms, args.batch_queries), device=args.device)
+    try:
+        serve(args.index, mode=args.mode, host=args.host, port=args.port,
+              batching=BatchPolicy(args.batch_wait_ms, args.batch_queries), device=args.device)
+    except UnsafeBind as err:
+        raise SystemExit(str(err)) from None

@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
+from factrl.servers import UnsafeBind, bearer_dependency, required_token
 from factrl.service.corrections import Correction, CorrectionStore, export_claims
 from factrl.service.decompose import split_claims
 from factrl.service.jobs import BatchWorker, ClaimItem, JobStore
@@ -44,7 +44,6 @@ from factrl.service.params import ServeParams
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class ServeError(RuntimeError):
@@ -52,16 +51,12 @@ class ServeError(RuntimeError):
 
 
 def bearer_token(host: str, token_env: str, environ: Mapping[str, str] = os.environ) -> str | None:
-    """The token requests must carry: None on loopback; elsewhere the value of ``token_env``, and a
-    :class:`ServeError` when it is unset or empty. The token is never logged or written."""
-    if host in LOOPBACK:
-        return None
-    token = environ.get(token_env, "")
-    if not token.strip():
-        raise ServeError(f"factrl serve: binding {host} exposes the service beyond this machine, so requests "
-                         f"must carry a bearer token: set the environment variable {token_env} (params "
-                         f"serve.token_env) to a secret, or bind 127.0.0.1")
-    return token
+    """The token requests must carry (:func:`factrl.servers.required_token`): None on loopback;
+    elsewhere the value of ``token_env``, and a :class:`ServeError` when it is unset or empty."""
+    try:
+        return required_token(host, token_env, "factrl serve", environ)
+    except UnsafeBind as err:
+        raise ServeError(f"{err} (params serve.token_env names the variable)") from None
 
 
 @dataclass
@@ -113,14 +108,7 @@ def create_app(service: Service) -> FastAPI:
                               "confidence, citations, traces and cost; reviewers' corrections.")
     params = service.params
 
-    def authorize(request: Request) -> None:
-        if service.token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), service.token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
+    authorize = bearer_dependency(service.token)
 
     def checkpoint_of(name: str | None) -> str:
         if name is None:
