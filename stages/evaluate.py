@@ -52,24 +52,11 @@ def resolve_checkpoints(params: EvaluateParams, params_file: str | Path = "param
     """(name, reason model, search model) per checkpoint of ``evaluate.checkpoints``, symbolic names
     (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A model
     directory must exist; an endpoint (``openai:MODEL@URL``) is taken as given."""
-    from factrl.llm.backends import parse_spec
-
     if "haris" in params.systems and not params.checkpoints:
         raise ConfigError(f"{params_file}:evaluate.checkpoints: empty, but systems has haris "
                           "(list e.g. {name: HARIS (trained), reason: last, search: last}, or drop haris)")
-    resolved = []
-    for i, c in enumerate(params.checkpoints):
-        pair = []
-        for agent, spec in (("reason", c.reason), ("search", c.search)):
-            where = f"evaluate.checkpoints[{i}].{agent}"
-            model = resolve_model(spec, agent, where=where, params_file=params_file)
-            if parse_spec(model).backend == "local" and "/" in model and not Path(model).exists():
-                named = spec if spec == model else f"{spec} = {model}"
-                raise FileNotFoundError(f"{params_file}: {where}: {named} does not exist "
-                                        "(train that round first, or list an existing checkpoint)")
-            pair.append(model)
-        resolved.append((c.name, *pair))
-    return resolved
+    return [(c.name, *runner.resolve_checkpoint_pair(c, f"evaluate.checkpoints[{i}]", params_file))
+            for i, c in enumerate(params.checkpoints)]
 
 
 def chosen_sets(params: EvaluateParams, real_only: bool = False) -> list[tuple[str, EvalSetParams]]:

@@ -533,6 +533,26 @@ def calibration_markdown(calibration: Mapping, maps: Mapping | None = None) -> s
 # --------------------------------------------------------------------------------------------
 
 
+def resolve_checkpoint_pair(checkpoint, where: str, params_file: str | Path = "params.yaml") -> tuple[str, str]:
+    """The (reason, search) models of a checkpoint (``factrl.config.CheckpointParams``) read at
+    params key ``where`` (``evaluate.checkpoints[0]``, ``serve.checkpoints[1]``), symbolic names
+    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A
+    local model directory must exist (a FileNotFoundError naming the key otherwise); an embedded
+    name or an endpoint (``openai:MODEL@URL``) is taken as given."""
+    from factrl.config import resolve_model
+
+    pair = []
+    for agent, spec in (("reason", checkpoint.reason), ("search", checkpoint.search)):
+        key = f"{where}.{agent}"
+        model = resolve_model(spec, agent, where=key, params_file=params_file)
+        if parse_spec(model).backend == "local" and "/" in model and not Path(model).expanduser().exists():
+            named = spec if spec == model else f"{spec} = {model}"
+            raise FileNotFoundError(f"{params_file}: {key}: {named} does not exist "
+                                    "(train that round first, or name an existing checkpoint)")
+        pair.append(model)
+    return pair[0], pair[1]
+
+
 def paired_gains(predictions: Sequence[Mapping], pairs: Sequence[tuple[str, str]], *, n_boot: int = 1000,
                  seed: int = 0) -> dict:
     """What each system of ``pairs`` gains over the other on the same claims: ``{dataset: {"A - B":

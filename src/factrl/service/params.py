@@ -109,21 +109,10 @@ class ResolvedCheckpoint:
 def resolve_checkpoints(params: ServeParams, params_file: str | Path = PARAMS_FILE) -> list[ResolvedCheckpoint]:
     """Every checkpoint of ``params`` resolved (:func:`factrl.config.resolve_model`); a local model
     directory that does not exist is a FileNotFoundError naming the params key."""
-    from factrl.llm.backends import parse_spec
+    from factrl.eval.runner import resolve_checkpoint_pair
 
-    out = []
-    for i, c in enumerate(params.checkpoints):
-        pair = []
-        for agent, spec in (("reason", c.reason), ("search", c.search)):
-            where = f"{SECTION}.checkpoints[{i}].{agent}"
-            model = resolve_model(spec, agent, where=where, params_file=params_file)
-            if parse_spec(model).backend == "local" and "/" in model and not Path(model).expanduser().exists():
-                named = spec if spec == model else f"{spec} = {model}"
-                raise FileNotFoundError(f"{params_file}: {where}: {named} does not exist "
-                                        "(train that round first, or name an existing checkpoint)")
-            pair.append(model)
-        out.append(ResolvedCheckpoint(c.name, pair[0], pair[1], c))
-    return out
+    return [ResolvedCheckpoint(c.name, *resolve_checkpoint_pair(c, f"{SECTION}.checkpoints[{i}]", params_file), c)
+            for i, c in enumerate(params.checkpoints)]
 
 
 # --------------------------------------------------------------------------------------------
