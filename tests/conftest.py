@@ -79,6 +79,20 @@ def local_llm():
 
 
 @pytest.fixture(scope="session")
+def tokenizer(local_llm):
+    """SmolLM2's tokenizer (the session engine's)."""
+    return local_llm.tokenizer
+
+
+@pytest.fixture
+def script_llm(tokenizer):
+    """``script_llm(reply, chat_only=False)``: an LLM that answers from a script, tokenized as SmolLM2."""
+    from tests.script_llm import ScriptLLM
+
+    return lambda reply, chat_only=False: ScriptLLM(tokenizer, reply, chat_only)
+
+
+@pytest.fixture(scope="session")
 def demo_world(tmp_path_factory):
     """(claims as dicts, BM25 index directory) of a 200-passage demo world."""
     from factrl.config import WorldParams

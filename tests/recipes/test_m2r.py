@@ -11,11 +11,6 @@ from tests.agents.test_m2r import FakeRetriever
 from tests.script_llm import ScriptLLM
 
 
-@pytest.fixture(scope="module")
-def tokenizer(local_llm):
-    return local_llm.tokenizer
-
-
 @pytest.mark.parametrize(("reply", "answer"), [
     ("The founder is \\boxed{Ilse Parrow}.", "Ilse Parrow"),
     ("\\boxed{Varna} no, \\boxed{Tessik}", "Tessik"),                      # the last box wins
