@@ -11,7 +11,7 @@ import pytest
 from factrl.agents import m2r
 from factrl.agents.rollout import replay
 from factrl.rl.sft import IGNORE_INDEX, sft_example
-from tests.agents.conftest import ScriptLLM
+from tests.script_llm import ScriptLLM
 
 GOOD = (
     "<think>I need the founder of Orlen Studios.</think>\n<macro_tool_call>Orlen Studios founder</macro_tool_call>"

@@ -24,7 +24,7 @@ from factrl.agents.march import (
 )
 from factrl.rewards.march import zero_tolerance_reward
 from factrl.text import extract_numbers, normalize_number
-from tests.agents.conftest import ScriptLLM
+from tests.script_llm import ScriptLLM
 from tests.rl.tiny import tokenizer as tiny_tokenizer
 
 DOCS = (Document("Kavelo Works", "Kavelo Works was founded by Dira Mot in 1987. Its catalogue lists 12 product lines."),
