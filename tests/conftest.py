@@ -31,8 +31,13 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # with apt-get where the machine allows, and the render test skips without it: said in the report
 # header, and (the header is hidden under -q) as the skip reason in the -ra summary at the end.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-NO_CHROMIUM = ("Chromium not found: the trace page render test (tests/eval/test_traces.py) will be SKIPPED; "
+NO_CHROMIUM = ("Chromium not found: the trace page and service page browser tests (tests/eval/test_traces.py, "
+               "tests/service/test_app.py) will be SKIPPED; "
                "install it with `apt-get install chromium` (as root; `make setup` tries)")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
 
 
 def pytest_report_header(config):

@@ -13,12 +13,7 @@ from factrl import cli
 from factrl.data.schemas import TRAJECTORIES
 from factrl.eval.traces import read_trajectories, trace_page, write_trace_page
 from factrl.io import write_parquet
-from tests.conftest import CHROMIUM, NO_CHROMIUM
-
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, NO_CHROMIUM
 
 
 def _rows() -> list[dict]:

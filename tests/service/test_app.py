@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from factrl.data.sources import read_claims
 from factrl.service.app import ServeError, bearer_token, main
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, NO_CHROMIUM
 from tests.servers import running_app
 from tests.service.fakes import PASSAGE, FakeVerifier, FixedCalibration, app_of, make_service, wait_done
 
@@ -270,3 +271,28 @@ def test_factrl_serve_verifies_a_claim_end_to_end_with_smollm2(tmp_path, demo_wo
             assert c["passage_id"] in retrieved and passages[c["passage_id"]][c["start"]:c["end"]] == c["quote"]
     print(f"3 claims in {seconds:.1f} s; verdicts {[r['verdict'] for r in results]}; "
           f"citations {sum(len(r['citations']) for r in results)}")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_page_runs_a_check_in_headless_chromium(tmp_path):
+    """The page's own JavaScript, in a real browser against a real server: a link carrying a text
+    fills the form, submits it, polls the job and renders each claim's card with its verdict, its
+    cited sentence highlighted in the passage, and the review form."""
+    import subprocess
+    from urllib.parse import quote
+
+    svc = make_service(tmp_path, max_wait_ms=10)
+    text = "The film Orsa was a true story, released in 1994. Ilse Maro was born in Varna. Is it good?"
+    try:
+        with running_app(app_of(svc)) as url:
+            cmd = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000",
+                   "--dump-dom", f"{url}/#text={quote(text)}"]
+            dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path).stdout
+    finally:
+        svc.worker.stop()
+    assert "2 / 2 claims done" in dom, dom[-3000:]
+    assert dom.count('class="card"') == 2
+    assert '<span class="verdict SUPPORTS">SUPPORTS</span>' in dom and '<span class="verdict REFUTES">REFUTES</span>' in dom
+    assert '<span class="quote">Orsa was founded by Ilse Parrow in Tessik.</span>' in dom  # the cited sentence
+    assert dom.count("Save review") == 2 and '<option value="demo">demo</option>' in dom
+    assert 'class="claim SUPPORTS"' in dom and 'class="claim REFUTES"' in dom  # the text, claims highlighted

@@ -134,7 +134,7 @@ async function poll(jobId) {
 
 function showError(err) { $("progress").textContent = err.message; }
 
-$("submit").onclick = async () => {
+async function submit() {
   const kind = document.querySelector("input[name=kind]:checked").value;
   $("results").replaceChildren();
   $("text").replaceChildren();
@@ -144,10 +144,25 @@ $("submit").onclick = async () => {
     $("progress").textContent = `job ${job.job_id}: ${job.total} claims queued`;
     await poll(job.job_id);
   } catch (err) { showError(err); }
-};
+}
+
+$("submit").onclick = submit;
+
+// A link can carry the check to run: #claim=... or #text=... (URL-encoded) fills the form and
+// submits it, so a verdict page can be shared or opened from another tool.
+function fromLink() {
+  const args = new URLSearchParams(location.hash.slice(1));
+  for (const kind of ["claim", "text"]) {
+    if (!args.get(kind)) continue;
+    document.querySelector(`input[name=kind][value=${kind}]`).checked = true;
+    $("input").value = args.get(kind);
+    submit();
+    return;
+  }
+}
 
 $("token").value = sessionStorage.getItem("factrl-token") || "";
 $("token").onchange = () => sessionStorage.setItem("factrl-token", $("token").value);
 fetch("/healthz").then((r) => r.json()).then((h) => {
   for (const name of h.checkpoints) $("checkpoint").append(el("option", { value: name }, name));
-});
+}).finally(fromLink);
