@@ -20,7 +20,7 @@ from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
 from factrl.rl.trainer import (GRPOTrainer, checkpoints, collate, draw_prompts, part_rates, prompt_strata,
                                response_logits, sample_step, step_prompts, train)
-from tests.rl.tiny import DYNAMIC_CFG, TINY_CFG, make_rollout_fn, parity_reward, run, tiny_model
+from tests.rl.tiny import DYNAMIC_CFG, TINY_CFG, checksum_reward, make_rollout_fn, parity_reward, run, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = {"rollout_time", "reward_time", "train_time", "step_time"}
@@ -382,3 +382,34 @@ def test_joint_parts_train_each_role_in_its_own_group():
     assert trajs == [plain, "y", "lambda", "y", "lambda"]
     assert scores == [0.5, 1.0, 1.0, 0.0, 0.0]
     assert groups == [0, (1, "solver"), (1, "checker"), (1, "solver"), (1, "checker")]
+
+
+def test_after_rollouts_runs_between_each_steps_rollouts_and_its_update(tmp_path):
+    """The hook that frees the rollout engine's memory runs once per step, after the rollouts and
+    before the update (a trainer step would otherwise hold both)."""
+    from factrl.rl.trainer import GRPOTrainer, train
+    from tests.rl.tiny import PROMPTS, tokenizer
+
+    tok = tokenizer()
+    model = tiny_model(tok)
+    trainer = GRPOTrainer(model, tok, TINY_CFG)
+    events: list[str] = []
+    rollout = make_rollout_fn(model, tok, TINY_CFG)
+    update = trainer.step
+
+    def logged_rollout(*args, **kwargs):
+        events.append("rollout")
+        return rollout(*args, **kwargs)
+
+    def logged_update(*args, **kwargs):
+        events.append("update")
+        return update(*args, **kwargs)
+
+    trainer.step = logged_update
+    rows = train(trainer, PROMPTS, logged_rollout, checksum_reward, tmp_path,
+                 after_rollouts=lambda: events.append("release"))
+    steps = [e for e in events if e != "rollout"]
+    assert steps.count("release") == len(rows) == TINY_CFG.steps
+    for i, event in enumerate(events):
+        if event == "update":  # every update follows a release since the last rollout
+            assert "release" in events[max(j for j in range(i) if events[j] == "rollout"):i]

@@ -176,7 +176,9 @@ def run_agent_training(
             on_step(row)
 
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, on_step=step_done)
+    # the policy engine's key/value slots hold every rollout's context until released: free them
+    # before each update, which needs the memory (LocalLLM.release's own contract)
+    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, on_step=step_done, after_rollouts=policy.release)
     write_metrics(rows, metrics_path)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),

@@ -630,8 +630,12 @@ def train(
     out_dir: str | Path,
     *,
     on_step: Callable[[dict], None] | None = None,
+    after_rollouts: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Run ``trainer.cfg.steps`` GRPO steps, resuming from ``out_dir/checkpoints`` if present.
+    ``after_rollouts`` runs once per step between the rollouts and the update: the place to free
+    what the rollouts held (an engine's key/value slots, ``LocalLLM.release``) before the update
+    needs the memory.
 
     Writes ``out_dir/metrics.csv`` after every step and a checkpoint every ``checkpoint_every``
     steps and after the last one (older ones pruned to ``keep_checkpoints``). Returns the metrics
@@ -650,6 +654,8 @@ def train(
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
+        if after_rollouts is not None:
+            after_rollouts()
         t2 = time.perf_counter()
         update = bool(mixed_groups([batch.scores[i] for i in batch.kept], cfg.group_size))
         if update:
