@@ -296,3 +296,65 @@ def test_the_page_runs_a_check_in_headless_chromium(tmp_path):
     assert '<span class="quote">Orsa was founded by Ilse Parrow in Tessik.</span>' in dom  # the cited sentence
     assert dom.count("Save review") == 2 and '<option value="demo">demo</option>' in dom
     assert 'class="claim SUPPORTS"' in dom and 'class="claim REFUTES"' in dom  # the text, claims highlighted
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_a_reviewer_checks_claims_and_saves_a_correction_in_a_browser(tmp_path, request):
+    """Playwright drives headless Chromium (the OS package) through the page against a real server:
+    one claim, then a three-claim text (verdicts, highlights, quoted citations), then a correction
+    saved from the page and found in the export. Screenshots of each state go to tmp_path (and to
+    FACTRL_SCREENSHOTS when set: docs/service-page/ holds the committed ones)."""
+    import os
+    import shutil
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    svc = make_service(tmp_path, max_wait_ms=10)
+    shots = []
+    try:
+        with running_app(app_of(svc)) as url, sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(url + "/")
+            page.wait_for_selector('#checkpoint option[value="demo"]', state="attached")
+
+            def shot(name: str) -> None:
+                path = tmp_path / f"{name}.png"
+                page.screenshot(path=str(path), full_page=True)
+                shots.append(path)
+
+            shot("1-empty")
+            page.fill("#input", "The company Orsa was founded by Ilse Parrow, a true fact.")
+            page.click("#submit")
+            page.wait_for_selector("#card-0 .verdict")
+            assert page.text_content("#card-0 .verdict") == "SUPPORTS"
+            assert page.text_content("#card-0 .quote") == "Orsa was founded by Ilse Parrow in Tessik."
+            shot("2-claim")
+
+            page.check('input[name=kind][value=text]')
+            page.fill("#input", "The film Orsa was a true story, released in 1994. Ilse Maro was born in Varna. "
+                                "Tessik is located in Debix. Is it good?")
+            page.click("#submit")
+            page.wait_for_function("document.querySelectorAll('#results .card').length === 3")
+            page.wait_for_selector("text=3 / 3 claims done")
+            assert page.locator("#text .claim.SUPPORTS").count() == 1 and page.locator("#text .claim.REFUTES").count() == 2
+            assert page.locator("#results .quote").count() == 3
+            shot("3-text")
+
+            card = page.locator("#card-1")
+            card.locator("select[name=verdict]").select_option("SUPPORTS")
+            card.locator("select[name=passage]").select_option("p1")
+            card.locator("input[name=reviewer]").fill("Ada Reviewer")
+            card.locator("text=Save review").click()
+            card.locator(".saved").wait_for()
+            assert "corrected" in card.locator(".saved").text_content()
+            shot("4-corrected")
+            browser.close()
+            exported = httpx.get(f"{url}/v1/corrections/export", params={"format": "jsonl"}, timeout=30).text
+    finally:
+        svc.worker.stop()
+    rows = [json.loads(line) for line in exported.splitlines()]
+    assert len(rows) == 1 and rows[0]["claim"] == "Ilse Maro was born in Varna." and rows[0]["label"] == "SUPPORTS"
+    assert "Ada Reviewer" in rows[0]["explanation"] and rows[0]["evidence"][0]["passage_id"] == "p1"
+    if os.environ.get("FACTRL_SCREENSHOTS"):
+        for path in shots:
+            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
