@@ -118,6 +118,20 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": detail.encode()})
 
 
+def answer_invalid_bodies_cleanly(app) -> None:
+    """A body that fails validation gets a 422 listing each error's ``loc``, ``type`` and ``msg``,
+    without echoing the input back. FastAPI's own handler echoes it, and a non-finite number (JSON's
+    ``Infinity`` / ``NaN``, which Python's parser accepts) cannot be encoded in the answer: a
+    ``{"topk": Infinity}`` body got a 500 (found by tests/retrieval/test_server_fuzz.py)."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{key: error[key] for key in ("loc", "type", "msg") if key in error} for error in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": errors})
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A currently free TCP port on ``host``."""
     with socket.socket() as s:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from factrl.llm.base import Completion
@@ -58,6 +58,8 @@ def check(path: str, content: bytes) -> None:
 
 @FUZZ
 @given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]))
+@example(body={"max_tokens": float("inf")}, path="/v1/chat/completions")  # a validation error echoing Infinity
+@example(body={"temperature": float("nan")}, path="/v1/completions")
 def test_any_json_body_gets_a_clean_answer(body, path):
     tried(f"serve_llm.{path.removeprefix('/v1/')}")
     check(path, json.dumps({**GOOD, **body}).encode())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import sys
 import time
 import uuid
@@ -29,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from factrl.llm.base import Completion, SamplingParams
-from factrl.servers import UnsafeBind, free_port, required_token, spawn
+from factrl.servers import UnsafeBind, answer_invalid_bodies_cleanly, free_port, required_token, spawn
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked otherwise
 TOKEN_ENV = "FACTRL_LLM_TOKEN"  # the bearer token of a server bound beyond loopback
@@ -125,7 +126,8 @@ def _number(body: dict, field: str, default, kind: type, low: float, high: float
     value = body.get(field)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (kind is int and value != int(value))):
         raise RequestError(f"{field}: expected {'an integer' if kind is int else 'a number'}, got {value!r:.60}")
     if not low <= value <= high:
         raise RequestError(f"{field}: {value} is outside [{low}, {high}]")
@@ -220,6 +222,7 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | No
     from factrl.servers import BodyLimit, bearer_dependency
 
     app = FastAPI(title="factrl serve-llm", dependencies=[Depends(bearer_dependency(token))])
+    answer_invalid_bodies_cleanly(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, setting="--max-body-bytes")
 
     @app.exception_handler(RequestError)

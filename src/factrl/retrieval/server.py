@@ -33,7 +33,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, field_validator
 
 from factrl.retrieval.index import Hit, Retriever
-from factrl.servers import BodyLimit, UnsafeBind, bearer_dependency, required_token
+from factrl.servers import BodyLimit, UnsafeBind, answer_invalid_bodies_cleanly, bearer_dependency, required_token
 
 TOKEN_ENV = "FACTRL_RETRIEVER_TOKEN"  # the bearer token of a retriever bound beyond loopback
 
@@ -180,6 +180,7 @@ def create_app(
             return queries
 
     app = FastAPI(title="factrl retriever")
+    answer_invalid_bodies_cleanly(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, setting="Limits.max_body_bytes")
     batcher = MicroBatcher(retriever.search, batching)
     app.state.batcher = batcher
