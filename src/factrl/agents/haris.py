@@ -204,6 +204,15 @@ class Haris:
         self.search_params = search_params or default_search_params()
         self.search_tool = SearchAgentTool(self._search_loop)
 
+    @classmethod
+    def with_limits(cls, reason_llm, retriever, *, search_llm=None, top_k: int = TOP_K, max_new_tokens: int,
+                    max_turns: int) -> Haris:
+        """Both agents at the same per-turn and per-rollout limits over ``retriever``'s top ``top_k``:
+        how ``evaluate`` and ``factrl serve`` run a checkpoint pair."""
+        limits = {"max_new_tokens": max_new_tokens, "max_turns": max_turns}
+        return cls(reason_llm, retriever, search_llm=search_llm, k=top_k,
+                   reason_params=default_reasoning_params(**limits), search_params=default_search_params(**limits))
+
     def _search_loop(self, question: str, stream: int) -> AgentLoop[SearchResult]:
         return search_agent_loop(self.search_llm, question, self.retriever_tool, self.search_params, stream)
 

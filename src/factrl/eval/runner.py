@@ -98,13 +98,10 @@ class HarisSystem:
         return (self.reason_llm, self.search_llm)
 
     def run(self, claims: list[str], retriever) -> list[ClaimRun]:
-        from factrl.agents.haris import Haris, default_reasoning_params, default_search_params
-        from factrl.agents.tools import RetrieverTool
+        from factrl.agents.haris import Haris
 
-        limits = {"max_new_tokens": self.max_new_tokens, "max_turns": self.max_turns}
-        haris = Haris(self.reason_llm, RetrieverTool(retriever, k=self.top_k), search_llm=self.search_llm,
-                      reason_params=default_reasoning_params(**limits),
-                      search_params=default_search_params(**limits))
+        haris = Haris.with_limits(self.reason_llm, retriever, search_llm=self.search_llm, top_k=self.top_k,
+                                  max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
         out = []
         for res in haris.verify(list(claims)):
             searches = [s for s in res.searches if s is not None]

@@ -73,14 +73,11 @@ class HarisVerifier:
 
     def verify(self, claims: list[str]) -> list[dict]:
         """One result per claim (see the module docstring), in order; a batch is one HARIS call."""
-        from factrl.agents.haris import Haris, default_reasoning_params, default_search_params
-        from factrl.agents.tools import RetrieverTool
+        from factrl.agents.haris import Haris
 
         recorder = RecordingRetriever(self.retriever)
-        limits = {"max_new_tokens": self.max_new_tokens, "max_turns": self.max_turns}
-        haris = Haris(self.reason_llm, RetrieverTool(recorder, k=self.top_k), search_llm=self.search_llm,
-                      reason_params=default_reasoning_params(**limits),
-                      search_params=default_search_params(**limits))
+        haris = Haris.with_limits(self.reason_llm, recorder, search_llm=self.search_llm, top_k=self.top_k,
+                                  max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
         started = time.perf_counter()
         runs = haris.verify(list(claims))
         seconds = time.perf_counter() - started
