@@ -30,3 +30,6 @@ def test_state_dir_resumes_same_run_and_restarts_changed_one(tmp_path):
     items = [{"id": "1", "question": "q", "answer": "a"}]
     assert runs.fingerprint(cfg, "x", items) == runs.fingerprint(cfg, "x", items)
     assert runs.fingerprint(cfg, "x", items) != runs.fingerprint(dataclasses.replace(cfg, lr=1e-6), "x", items)
+    # how long a run is and where it computes are not what its steps compute: raising steps resumes
+    for how_long in ({"steps": cfg.steps + 5}, {"checkpoint_every": 7}, {"keep_checkpoints": 9}, {"device": "cuda"}):
+        assert runs.fingerprint(dataclasses.replace(cfg, **how_long), "x", items) == runs.fingerprint(cfg, "x", items)

@@ -220,6 +220,27 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, dynamic):
     assert _weights(straight)["model.embed_tokens.weight"].abs().sum() > 0
 
 
+def test_raising_steps_continues_the_run_and_lowering_them_does_not_reuse_later_steps(tmp_path):
+    """A run of 2 steps whose ``steps`` is raised to 4 continues from its step-2 checkpoint and ends
+    exactly as a 4-step run; lowered to 1, it neither reuses nor keeps the later checkpoints."""
+    straight = tmp_path / "straight"
+    run(str(straight))  # TINY_CFG: 4 steps, a checkpoint every 2
+    extended = tmp_path / "extended"
+    assert [r["step"] for r in run(str(extended), cfg=replace(TINY_CFG, steps=2))] == [1, 2]
+    rows = run(str(extended))
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert _rows(extended / "metrics.csv") == _rows(straight / "metrics.csv")
+    a, b = _weights(straight), _weights(extended)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    one = tmp_path / "one"
+    run(str(one), cfg=replace(TINY_CFG, steps=1))
+    assert [r["step"] for r in run(str(extended), cfg=replace(TINY_CFG, steps=1))] == [1]
+    assert [p.name for p in checkpoints(extended / "checkpoints")] == ["step-000001"]
+    a, b = _weights(one), _weights(extended)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_real_smollm2_one_step():
     """One GRPO step of the real SmolLM2-135M on its own samples, through the rollout engine."""

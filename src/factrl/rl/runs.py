@@ -74,11 +74,17 @@ def model_digest(model_dir: str | Path) -> str:
     return h.hexdigest()
 
 
+# Settings that change how long a run is or where it computes, not what its steps compute: a run killed
+# on a GPU resumes on a CPU, and raising ``steps`` continues a run from its newest checkpoint. The
+# latter holds because step k's prompts and samples depend only on (seed, k, draw) (trainer.sample_step)
+# and the lr schedule is warm-up then constant, not a function of the total (GRPOTrainer).
+NOT_FINGERPRINTED = ("device", "steps", "checkpoint_every", "keep_checkpoints")
+
+
 def fingerprint(cfg: AgentTrainParams, init_model: str, items: Sequence[dict], extra: dict | None = None) -> str:
     """Hash of everything a run's result depends on: params, initial weights, prompts, extras
     (e.g. the serving search agent's weights)."""
-    # where the run computes is not what it computes: a run killed on a GPU resumes on a CPU
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_FINGERPRINTED}
     blob = json.dumps({"cfg": settings, "init": model_digest(init_model), "items": list(items),
                        "extra": extra or {}}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -404,6 +404,11 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint directory was saved after (``step-000005`` -> 5)."""
+    return int(path.name.removeprefix(CHECKPOINT_PREFIX))
+
+
 def checkpoints(directory: str | Path) -> list[Path]:
     """Complete checkpoints under ``directory``, oldest first."""
     directory = Path(directory)
@@ -632,7 +637,9 @@ def train(
     on_step: Callable[[dict], None] | None = None,
     after_rollouts: Callable[[], None] | None = None,
 ) -> list[dict]:
-    """Run ``trainer.cfg.steps`` GRPO steps, resuming from ``out_dir/checkpoints`` if present.
+    """Run ``trainer.cfg.steps`` GRPO steps, resuming from the newest checkpoint in ``out_dir/checkpoints``
+    at or below ``steps`` (a run whose ``steps`` was raised continues; one whose ``steps`` was lowered
+    below its checkpoints starts from the newest one it may use, or from the start).
     ``after_rollouts`` runs once per step between the rollouts and the update: the place to free
     what the rollouts held (an engine's key/value slots, ``LocalLLM.release``) before the update
     needs the memory.
@@ -646,6 +653,8 @@ def train(
     ckpt_dir = out_dir / "checkpoints"
     rows: list[dict] = []
     start = 0
+    for later in (c for c in checkpoints(ckpt_dir) if checkpoint_step(c) > cfg.steps):
+        shutil.rmtree(later)  # a longer run's: pruning would keep them over this run's own checkpoints
     existing = checkpoints(ckpt_dir)
     if existing:
         state = trainer.load_checkpoint(existing[-1])
