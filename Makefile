@@ -70,10 +70,12 @@ demo: setup-demo
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
 	@echo "$(WHERE_RESULTS)"
 
-# More data and steps, 2-hop claims first (profiles/long.yaml merged into params.yaml; at most ~3 h).
-# `git checkout params.yaml` returns to the demo profile.
+# The hard world (profiles/hard.yaml merged into params.yaml), where the warm start leaves room for
+# GRPO: base, warm and trained rows on the eval split, its held-out wording and a held-out relation
+# combination. About 2 h on 2 cores, estimated from its stages timed apart (docs/runs/hard-world-*).
+# `factrl profile long` is the clean world's longer run; `git checkout params.yaml` returns to the demo.
 demo-long: setup-demo
-	$(BIN)/factrl profile long
+	$(BIN)/factrl profile hard
 	$(BIN)/dvc repro
 	@$(BIN)/factrl eval-table || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train --block 8 || true
