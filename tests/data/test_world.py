@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from factrl.config import WorldParams
 from factrl.data import world as w
+from factrl.data.params import WorldParams
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
 
 PARAMS = WorldParams(seed=7, num_passages=3000, num_claims=240, hops=(2, 3, 4))

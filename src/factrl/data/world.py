@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from factrl.config import WorldDifficulty, WorldParams
+from factrl.data.params import WorldDifficulty, WorldParams
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
 from factrl.data.world_wordings import PASSAGE_TEMPLATES, question_wordings, relation_wording
 from factrl.io import atomic_path
