@@ -122,6 +122,9 @@ class PrepareParams:
     """Stage ``prepare``: read a claim source, validate it, write stratified splits.
 
     source: ``world`` (generated, default), ``files`` or ``hub``.
+    world: the generated world (see :class:`WorldParams`), read when ``source`` is ``world``.
+    files: the local files (see :class:`FilesSource`), read when ``source`` is ``files``.
+    hub: the hub sets (see :class:`HubSource`), read when ``source`` is ``hub``.
     split_fractions: train / dev / eval shares, stratified by (label, num_hops).
     seed: seed of the split.
     corrections: claim files (the claims format: JSONL or CLAIMS Parquet, e.g. the service's
