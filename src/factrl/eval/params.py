@@ -116,7 +116,7 @@ class EvaluateParams:
         it natively; see ``factrl.hardware``), ``bf16`` or ``fp32`` (e.g. bf16-trained checkpoints
         decoded in fp32, to tell a training effect from a decoding one).
     calibration: the confidence calibration map fitted per HARIS checkpoint on dev claims (see
-        :class:`factrl.eval.calibration_params.CalibrationParams`; ``method: none`` skips it).
+        :class:`CalibrationParams`; ``method: none`` skips it).
     """
 
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
