@@ -206,7 +206,7 @@ def test_unanswerable_references_decline_find_no_number_and_check_nothing():
     from dataclasses import replace
 
     from factrl.agents import march as agent
-    from factrl.data.world import NOT_IN_DOCUMENTS
+    from factrl.data.world_numeric import NOT_IN_DOCUMENTS
     from tests.rl.tiny import tokenizer
 
     eos = tokenizer().eos_token

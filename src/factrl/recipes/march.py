@@ -1,7 +1,7 @@
 """MARCH's run (stage ``train_march@<seed>``): warm start, held-out evaluation, joint GRPO, evaluation again.
 
 One policy plays the three roles of :mod:`factrl.agents.march` on numeric RAG questions drawn from a
-demo world's numeric facts (``factrl.data.world.numeric_questions``: years, counts, prices)::
+demo world's numeric facts (``factrl.data.world_numeric.numeric_questions``: years, counts, prices)::
 
     base model --warm start on reference episodes (optional)--> pi_0 --evaluate on held-out questions
         --GRPO: solver + checker trajectories, reward by name (march_ztr / march_err)--> pi_T --evaluate
@@ -44,7 +44,7 @@ import numpy as np
 from factrl.agents import march as agent
 from factrl.config import ConfigError
 from factrl.data.params import WorldParams
-from factrl.data.world import numeric_questions
+from factrl.data.world_numeric import numeric_questions
 from factrl.recipes.march_params import TrainMarchParams
 from factrl.rewards import march as march_rewards
 from factrl.rewards.registry import RewardKind, RewardResult, choose_reward
