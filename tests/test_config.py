@@ -110,3 +110,26 @@ def test_require_question_takes_a_bool_or_per_hop(tmp_path, rule):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"train": {"reasoning": {"require_question": rule}}}))
     assert load_any("train", path).reasoning.require_question == rule
+
+
+def test_sections_register_under_their_key_and_load_by_class_or_name(tmp_path):
+    from dataclasses import dataclass
+
+    from factrl.data.params import PrepareParams
+    from factrl.rl.params import GRPOParams
+
+    path = tmp_path / "params.yaml"
+    path.write_text("prepare: {seed: 3}\n")
+    assert config.SECTIONS["prepare"] is PrepareParams and PrepareParams.PARAMS_KEY == "prepare"
+    assert config.load_section(PrepareParams, path) == config.load_section("prepare", path) == PrepareParams(seed=3)
+    with pytest.raises(TypeError, match="GRPOParams is not a params section"):
+        config.load_section(GRPOParams, path)  # nested in the train sections, no section of its own
+    with pytest.raises(config.ConfigError, match="params section 'nope' is not registered"):
+        config.load_section("nope", path)
+
+    @dataclass(frozen=True)
+    class Other:
+        seed: int = 0
+
+    with pytest.raises(ValueError, match="params section 'prepare' is already factrl.data.params.PrepareParams"):
+        config.params_section("prepare")(Other)

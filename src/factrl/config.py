@@ -109,7 +109,9 @@ def load_section(section: str | type, path: str | Path = PARAMS_FILE) -> Any:
         cls = SECTIONS[section]
     else:
         cls = section
-    name = cls.PARAMS_KEY
+    name = vars(cls).get("PARAMS_KEY")  # its own: a subclass of a section is no section
+    if name is None:
+        raise TypeError(f"{cls.__qualname__} is not a params section (no @params_section)")
     raw = read_params(path).get(name, {})
     map_field = getattr(cls, "MAP_FIELD", None)
     if map_field:  # a section that is a mapping of id -> entry (e.g. rounds)
