@@ -27,7 +27,7 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-gpu bench clean
+.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-gpu test-gpu-bare bench clean
 
 # What the pipeline runs on (`make demo`): CPU torch, factrl and its pinned dependencies, the GGUF.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
@@ -99,6 +99,17 @@ test-slow: setup
 # Needs torch's CUDA build (PyPI's torch==2.13.0 wheel for Linux is one; a `+cpu` build is not).
 test-gpu: setup
 	$(BIN)/python -m pytest -m gpu
+
+# On a bare CUDA machine (torch, transformers, numpy, pyarrow; none of factrl's other packages, no
+# network, no downloaded weights; the SmolLM2 tokenizer and config in $$FACTRL_CACHE): the gpu tests
+# that run on tiny models built from a config (one GRPO step with engine, trainer and reference on
+# CUDA; a checkpoint saved there loads on a CPU), and the check that the GPU-path modules import with
+# those packages alone. No `setup`: it runs the Python it is given (`make test-gpu-bare PYTHON=python3`).
+# The real-SmolLM2 rollout, the dense index and the pipeline smoke test skip there, saying why.
+GPU_BARE_TESTS := tests/rl/test_engine_trainer.py tests/agents/test_rollout.py
+test-gpu-bare:
+	$(PYTHON) -m pytest -p no:cacheprovider -o addopts="" -ra -m gpu $(GPU_BARE_TESTS)
+	$(PYTHON) -m pytest -p no:cacheprovider -o addopts="" -ra tests/test_gpu_path.py
 
 bench: setup
 	$(PIP_INSTALL) -c requirements/constraints.txt -e ".[bench]"

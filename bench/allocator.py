@@ -46,7 +46,7 @@ def work_sft(steps: int, batch: int) -> dict:
     import torch
     from transformers import TrainerCallback
 
-    from factrl.config import SFTParams
+    from factrl.rl.params import SFTParams
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.rl.sft import IGNORE_INDEX, train_sft
 

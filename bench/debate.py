@@ -60,7 +60,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from factrl.agents.debate import ABLATIONS as DEBATE_ABLATIONS  # noqa: E402
-from factrl.config import DebateParams, FitConsensusParams, WorldParams, load_section  # noqa: E402
+from factrl.config import load_section  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
+from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams  # noqa: E402
 from factrl.consensus.aggregator import ABLATIONS as CONSENSUS_ABLATIONS  # noqa: E402
 from factrl.consensus.features import debate_features  # noqa: E402
 from factrl.data.splits import balanced_subset  # noqa: E402
@@ -118,7 +120,7 @@ DATASETS = ("demo", *SHARED_SETS)
 def load_pool(params_file: str | Path, embedded: bool) -> tuple[DebateParams, list[str]]:
     """Params ``debate`` with the pool's symbolic model names resolved as stage debate resolves them
     (``last`` is the last round's checkpoint), and with ``embedded``, :func:`embedded_pool` applied."""
-    params = resolve_pool(load_section("debate", params_file), params_file)
+    params = resolve_pool(load_section(DebateParams, params_file), params_file)
     return embedded_pool(params) if embedded else (params, [])
 
 
@@ -242,7 +244,7 @@ def main() -> None:
 
     dp, notes = load_pool(args.params, args.embedded)
     measured = Measurement(dp.precision)
-    fp: FitConsensusParams = load_section("fit_consensus", args.params)
+    fp: FitConsensusParams = load_section(FitConsensusParams, args.params)
     if args.smoke:
         dp, fp = smoke(dp, fp)
         args.claims = min(args.claims, 12)  # the fewest that leave the 70/15/15 folds non-empty

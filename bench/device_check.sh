@@ -2,7 +2,8 @@
 # What a lent GPU machine runs in one call (see docs/runs/gpu-check-2026-11-27): the `gpu`-marked tests
 # that need only torch and transformers, and bench/grpo_device.py (GRPO steps of SmolLM2-135M's
 # architecture on CUDA against that machine's CPU). Such a machine has CUDA torch and transformers but
-# none of factrl's other dependencies and no network, so the call carries `.gpu/` (ignored), made here by:
+# none of factrl's other dependencies and no network (the code path needs none: tests/test_gpu_path.py),
+# so the call carries `.gpu/` (ignored), made here by:
 #   mkdir -p .gpu/whl .gpu/cache/models/smollm2-135m
 #   cp .cache/factrl/models/smollm2-135m/{*.json,*.jinja} .gpu/cache/models/smollm2-135m/   # tokenizer + config
 #   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -22,9 +23,11 @@ fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 $PY -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__,
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA', torch.backends.cpu.get_cpu_capability())"
-# the gpu tests that need no checkpoint (the real-SmolLM2 rollout test needs its 0.5 GB weights)
-timeout 180 $PY -m pytest -p no:cacheprovider -o addopts="" -q -rs -m gpu -k "not smollm2" \
+# `make test-gpu-bare`'s tests (the real-SmolLM2 rollout test skips, saying why: its 0.5 GB weights cannot
+# travel), and the check that the GPU-path modules import with torch, transformers, numpy and pyarrow alone
+timeout 180 $PY -m pytest -p no:cacheprovider -o addopts="" -q -rs -m gpu \
   tests/rl/test_engine_trainer.py tests/agents/test_rollout.py 2>&1 | tee "$OUT/pytest_gpu.log"
+timeout 120 $PY -m pytest -p no:cacheprovider -o addopts="" -q -rs tests/test_gpu_path.py 2>&1 | tee -a "$OUT/pytest_gpu.log"
 # the trainer's CPU tests on this machine's Python and pinned transformers
 timeout 120 $PY -m pytest -p no:cacheprovider -o addopts="" -q -m "not gpu" tests/rl/test_engine_trainer.py 2>&1 | tail -3
 timeout "${BENCH_TIMEOUT:-330}" $PY bench/grpo_device.py --devices $DEVICES --weights random ${BENCH_ARGS:-} \

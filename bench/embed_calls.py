@@ -41,9 +41,10 @@ def demo_texts(n_passages: int, n_queries: int) -> tuple[list[str], list[str]]:
     import pyarrow.parquet as pq
 
     from factrl.config import load_section
+    from factrl.data.params import PrepareParams
     from factrl.data.world import write_world
 
-    world = load_section("prepare", ROOT / "params.yaml").world
+    world = load_section(PrepareParams, ROOT / "params.yaml").world
     with tempfile.TemporaryDirectory() as tmp:
         passages, claims = Path(tmp) / "passages.parquet", Path(tmp) / "claims.parquet"
         write_world(world, passages, claims)

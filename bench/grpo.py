@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.config import GRPOParams
+from factrl.rl.params import GRPOParams
 from factrl.hardware import use_bf16
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import load_model_and_tokenizer, resolve_model_path

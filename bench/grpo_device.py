@@ -35,7 +35,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.config import GRPOParams
+from factrl.rl.params import GRPOParams
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import resolve_model_path

@@ -61,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # stages/
 
-from factrl.config import WorldParams, read_params  # noqa: E402
+from factrl.config import read_params  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
 from factrl.profiles import merge, read_profile, write_params  # noqa: E402
 from factrl.rl.curves import read_curve  # noqa: E402

@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import learning  # noqa: E402  (bench/learning.py: the clones, the runs, the seed and ablation overrides)
 from learning import ablation_overrides, clone, run, seed_overrides  # noqa: E402
 
-from factrl.config import WorldDifficulty, WorldParams, read_params  # noqa: E402
+from factrl.config import read_params  # noqa: E402
+from factrl.data.params import WorldDifficulty, WorldParams  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci, paired_bootstrap_diff  # noqa: E402
 from factrl.profiles import merge, read_profile, write_params  # noqa: E402
 from factrl.rl.curves import read_curve  # noqa: E402

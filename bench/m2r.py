@@ -48,9 +48,12 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from factrl.config import (  # noqa: E402
-    CurriculumParams, M2RParams, M2RStageParams, SFTParams, WorldParams, from_dict, read_params,
-    resolve_model)
+from factrl.config import from_dict, read_params  # noqa: E402
+from factrl.data.curriculum import CurriculumParams  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
+from factrl.model_names import resolve_model  # noqa: E402
+from factrl.recipes.m2r_params import M2RParams, M2RStageParams  # noqa: E402
+from factrl.rl.params import SFTParams  # noqa: E402
 from _measured import Measurement  # noqa: E402
 
 DATASETS = ("demo", "musique", "hotpotqa")

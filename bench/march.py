@@ -33,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from factrl.config import TrainMarchParams, from_dict, read_params, resolve_model  # noqa: E402
+from factrl.config import from_dict, read_params  # noqa: E402
+from factrl.model_names import resolve_model  # noqa: E402
+from factrl.recipes.march_params import TrainMarchParams  # noqa: E402
 from factrl.eval.stats import summary  # noqa: E402
 from factrl.io import write_json  # noqa: E402
 from factrl.profiles import merge  # noqa: E402

@@ -56,7 +56,7 @@ def build_world(root: Path) -> tuple[Path, list[str]]:
     """A 2,000-passage demo world's BM25 index and its claims' sub-questions (the queries)."""
     import pyarrow.parquet as pq
 
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
 

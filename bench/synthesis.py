@@ -26,7 +26,8 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 sys.path.insert(0, str(ROOT))
 
-from factrl.config import TeacherParams, WorldParams  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
+from factrl.recipes.teacher_params import TeacherParams  # noqa: E402
 from factrl.data import synthesis  # noqa: E402
 from factrl.data.world import generate_claims  # noqa: E402
 from factrl.llm import signatures  # noqa: E402

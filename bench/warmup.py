@@ -27,7 +27,10 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from factrl.agents.tools import RetrieverTool
-from factrl.config import SFTParams, WarmupParams, load_section
+from factrl.config import load_section
+from factrl.data.params import PrepareParams
+from factrl.recipes.warmup_params import WarmupParams
+from factrl.rl.params import SFTParams
 from factrl.data.reference import world_references
 from factrl.data.splits import stratified_split
 from factrl.data.world import generate_claims, write_world
@@ -92,12 +95,12 @@ def main() -> None:
     parser.add_argument("--precision", default="auto")
     args = parser.parse_args()
     measured = Measurement(args.precision)
-    world = load_section("prepare", "params.yaml").world
+    world = load_section(PrepareParams, "params.yaml").world
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         write_world(world, d / "p.parquet", d / "c.parquet")
         build_index(d / "p.parquet", d / "index", embedder=None)
-        prepare = load_section("prepare", "params.yaml")
+        prepare = load_section(PrepareParams, "params.yaml")
         train = stratified_split(generate_claims(world), prepare.split_fractions, prepare.seed)["train"].to_pylist()
         kept, rejected = world_references(train, RetrieverTool(Retriever(d / "index", mode="bm25"), k=3))
     _, tok = load_model_and_tokenizer("smollm2-135m")

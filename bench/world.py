@@ -24,7 +24,7 @@ RESULTS = Path(__file__).parent / "results" / "world.json"
 # Runs in the child: the vectorised, streamed generator.
 _FAST = """
 import json, resource, sys, time
-from factrl.config import WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.world import write_world
 n, out = int(sys.argv[1]), sys.argv[2]
 t = time.perf_counter()
@@ -37,7 +37,7 @@ print(json.dumps({"seconds": dt, "rss_kib": resource.getrusage(resource.RUSAGE_S
 _NAIVE = """
 import json, resource, sys, time
 import pyarrow as pa, pyarrow.parquet as pq
-from factrl.config import WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.world import build_world, TYPES
 n, out = int(sys.argv[1]), sys.argv[2]
 t = time.perf_counter()

@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from factrl.config import WorldDifficulty, WorldParams, read_params  # noqa: E402
+from factrl.config import read_params  # noqa: E402
+from factrl.data.params import WorldDifficulty, WorldParams  # noqa: E402
 from factrl.profiles import merge, read_profile  # noqa: E402
 from _measured import Measurement  # noqa: E402
 

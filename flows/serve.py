@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from factrl.config import PipelineParams, load_section
-from factrl.orchestration.pipeline import pipeline
+from factrl.config import load_section
+from factrl.orchestration.pipeline import PipelineParams, pipeline
 
 
 def build_deployment(params: PipelineParams, repo_root: str = "."):
@@ -30,7 +30,7 @@ def build_deployment(params: PipelineParams, repo_root: str = "."):
 def main() -> None:
     from prefect import serve
 
-    params: PipelineParams = load_section("pipeline")
+    params: PipelineParams = load_section(PipelineParams)
     serve(build_deployment(params), pause_on_shutdown=False)
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from factrl.config import CurriculumParams, load_section
-from factrl.data.curriculum import build_curriculum, manifest
+from factrl.config import load_section
+from factrl.data.curriculum import CurriculumParams, build_curriculum, manifest
 from factrl.data.schemas import CLAIMS, validate
 from factrl.io import write_json, write_parquet
 
 
 def main(params_file: str = "params.yaml", train: Path = Path("data/claims/train.parquet"),
          out: Path = Path("segments")) -> dict:
-    params: CurriculumParams = load_section("curriculum", params_file)
+    params: CurriculumParams = load_section(CurriculumParams, params_file)
     claims = validate(pq.read_table(train), CLAIMS, str(train))
     pieces = build_curriculum(claims, params.segments, params.m2r_stage1_fraction, params.seed,
                               params.m2r_split)

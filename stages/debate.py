@@ -11,20 +11,22 @@ checkpointed, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
-import sys
 import dataclasses
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import DebateParams, load_section, resolve_model
+from factrl.config import load_section
 from factrl.data.schemas import CLAIMS, DEBATE_TURNS, validate
 from factrl.data.splits import balanced_subset
 from factrl.io import write_json, write_parquet
 from factrl.llm.cache import DiskCache
 from factrl.llm.models import cache_dir
+from factrl.model_names import resolve_model
 from factrl.recipes import scmaks
+from factrl.recipes.scmaks_params import DebateParams
 
 
 def debate(claims_by_split: dict[str, pa.Table], params: DebateParams, *, retriever, work_dir: Path,
@@ -38,7 +40,7 @@ def debate(claims_by_split: dict[str, pa.Table], params: DebateParams, *, retrie
 
 def resolve_pool(params: DebateParams, params_file: str | Path = "params.yaml") -> DebateParams:
     """``params`` with every member's symbolic model names (``base``, ``warm``, ``last``, ``r<id>``)
-    resolved by :func:`factrl.config.resolve_model`: ``model`` as the reasoning agent, ``search_model``
+    resolved by :func:`factrl.model_names.resolve_model`: ``model`` as the reasoning agent, ``search_model``
     (empty: ``model``'s name, for a ``haris`` member) as the search agent."""
     pool = []
     for i, m in enumerate(params.pool):
@@ -55,7 +57,7 @@ def resolve_pool(params: DebateParams, params_file: str | Path = "params.yaml") 
 def main(params_file: str = "params.yaml", claims_dir: Path = Path("data/claims"), out: Path = Path("debate")) -> dict:
     from factrl.retrieval.index import Retriever
 
-    params = resolve_pool(load_section("debate", params_file), params_file)
+    params = resolve_pool(load_section(DebateParams, params_file), params_file)
     scmaks.debate_plan(params)  # a wrong name stops the stage before any model loads
     claims = {}
     for split in params.splits:

@@ -34,10 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factrl.config import ConfigError, EvalSetParams, EvaluateParams, load_section, resolve_model
+from factrl.config import ConfigError, load_section
 from factrl.eval import runner
+from factrl.eval.params import EvalSetParams, EvaluateParams
 from factrl.eval.stats import consensus_rows
 from factrl.hardware import resolve_device, resolve_precision
+from factrl.model_names import resolve_model
 
 log = logging.getLogger("stages.evaluate")
 
@@ -50,7 +52,7 @@ _TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
 def resolve_checkpoints(params: EvaluateParams, params_file: str | Path = "params.yaml"
                         ) -> list[tuple[str, str, str]]:
     """(name, reason model, search model) per checkpoint of ``evaluate.checkpoints``, symbolic names
-    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A model
+    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.model_names.resolve_model`. A model
     directory must exist; an endpoint (``openai:MODEL@URL``) is taken as given."""
     if "haris" in params.systems and not params.checkpoints:
         raise ConfigError(f"{params_file}:evaluate.checkpoints: empty, but systems has haris "
@@ -169,7 +171,7 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
     """The stage (``sets``, plus ``real_sets`` when ``real`` is on); ``real_only``: ``make eval-real``,
     the ``real_sets`` alone into outputs of their own (``*_real``), beside the stage's."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    params: EvaluateParams = load_section("evaluate", params_file)
+    params: EvaluateParams = load_section(EvaluateParams, params_file)
     sets, skipped = load_sets(params, real_only=real_only)
     if not sets:
         raise FileNotFoundError("evaluate: no eval set to run" + (f" ({'; '.join(skipped)})" if skipped else ""))

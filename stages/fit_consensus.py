@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from factrl.config import FitConsensusParams, load_section
+from factrl.config import load_section
 from factrl.data.schemas import CONSENSUS_FEATURES, CONSENSUS_PREDICTIONS, DEBATE_TURNS, validate
 from factrl.io import write_json, write_parquet
 from factrl.recipes import scmaks
+from factrl.recipes.scmaks_params import FitConsensusParams
 
 
 def main(params_file: str = "params.yaml", transcripts: Path = Path("debate/transcripts.parquet"),
          out: Path = Path("consensus")) -> dict:
-    params: FitConsensusParams = load_section("fit_consensus", params_file)
+    params: FitConsensusParams = load_section(FitConsensusParams, params_file)
     scmaks.consensus_plan(params)  # a wrong ablation name stops the stage before any work
     turns = validate(pq.read_table(transcripts), DEBATE_TURNS, str(transcripts))
     result = scmaks.fit_consensus(turns, params)

@@ -12,14 +12,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from factrl.config import IndexParams, load_section
+from factrl.config import load_section
 from factrl.retrieval.embed import load_embedder
 from factrl.retrieval.index import build_index
+from factrl.retrieval.params import IndexParams
 
 
 def main(params_file: str = "params.yaml", passages: Path = Path("data/passages.parquet"),
          out: Path = Path("index")) -> dict:
-    params: IndexParams = load_section("index", params_file)
+    params: IndexParams = load_section(IndexParams, params_file)
     embedder = load_embedder(params.embedder, device=params.device, key="index.device")
     with tqdm(desc="embedding passages", unit="passage") as bar:
         manifest = build_index(passages, out, embedder=embedder, faiss_type=params.faiss_type,

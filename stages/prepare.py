@@ -14,9 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import PrepareParams, load_section
+from factrl.config import load_section
 from factrl.data import sources
 from factrl.data.corrections import merge_corrections
+from factrl.data.params import PrepareParams
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
 from factrl.data.splits import stratified_split
 from factrl.io import atomic_path, write_json, write_parquet
@@ -71,7 +72,7 @@ def prepare(claims: pa.Table, params: PrepareParams) -> dict[str, pa.Table]:
 
 
 def main(params_file: str = "params.yaml", out: Path = OUT) -> None:
-    params: PrepareParams = load_section("prepare", params_file)
+    params: PrepareParams = load_section(PrepareParams, params_file)
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".prepare-work"
     work.mkdir(exist_ok=True)

@@ -15,19 +15,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from factrl.config import SynthesizeParams, checkpoint_of, load_section
+from factrl.config import load_section
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
 from factrl.io import write_json, write_parquet
 from factrl.llm.backends import open_teacher
 from factrl.llm.models import cache_dir
+from factrl.model_names import RoundsParams, checkpoint_of
+from factrl.recipes.haris_params import SynthesizeParams
 from factrl.recipes.haris_rounds import find_round, round_claims
 from factrl.recipes.haris_synthesize import evidence_passages, haris_rollout_fn, synthesize_round
 
 
 def main(round_id: str, params_file: str = "params.yaml", out: Path = Path("qa")) -> dict:
-    params: SynthesizeParams = load_section("synthesize", params_file)
-    rnd = find_round(load_section("rounds", params_file).rounds, int(round_id))
+    params: SynthesizeParams = load_section(SynthesizeParams, params_file)
+    rnd = find_round(load_section(RoundsParams, params_file).rounds, int(round_id))
     claims = round_claims(rnd, params.max_claims)
     reasoner, searcher = str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.prev))
     rollout_fn = haris_rollout_fn(reasoner, searcher, Path("index"), params, rnd.questions)

@@ -21,12 +21,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import M2RParams, M2RStageParams, load_section, resolve_model
+from factrl.config import load_section
 from factrl.data.multihop import world_items
 from factrl.data.schemas import CLAIMS, validate
 from factrl.hardware import peak_rss_mib
 from factrl.io import write_json
+from factrl.model_names import resolve_model
 from factrl.recipes import m2r as recipe
+from factrl.recipes.m2r_params import M2RParams, M2RStageParams, M2RStagesParams
 
 SEGMENTS = Path("segments")
 WARM_SEGMENT = "all"  # the warm start's references come from every training claim, whatever the stage
@@ -65,8 +67,8 @@ def train_m2r(claims: pa.Table, warm_claims: pa.Table | None, retriever, params:
 def main(stage_id: str, params_file: str = "params.yaml") -> dict:
     from factrl.retrieval.index import Retriever
 
-    stage = recipe.find_stage(load_section("m2r_stages", params_file).stages, int(stage_id))
-    params: M2RParams = load_section("m2r", params_file)
+    stage = recipe.find_stage(load_section(M2RStagesParams, params_file).stages, int(stage_id))
+    params: M2RParams = load_section(M2RParams, params_file)
     base = resolve_model(params.base_model, None, where="m2r.base_model", params_file=params_file)
     params = dataclasses.replace(params, base_model=base)
     recipe.reward_function(params.reward)

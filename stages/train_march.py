@@ -20,8 +20,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from factrl.config import ConfigError, TrainMarchParams, load_section, resolve_model
+from factrl.config import ConfigError, load_section
+from factrl.model_names import resolve_model
 from factrl.recipes import march
+from factrl.recipes.march_params import TrainMarchParams
 
 
 def train_march(params: TrainMarchParams, seed: int, root: Path = Path("."), **kw) -> dict:
@@ -35,7 +37,7 @@ def train_march(params: TrainMarchParams, seed: int, root: Path = Path("."), **k
 
 
 def main(seed: str, params_file: str = "params.yaml") -> dict:
-    params: TrainMarchParams = load_section("train_march", params_file)
+    params: TrainMarchParams = load_section(TrainMarchParams, params_file)
     if not seed.lstrip("-").isdigit() or int(seed) not in params.seeds:
         raise ConfigError(f"{params_file}:train_march.seeds: no run with seed {seed!r} (seeds: {list(params.seeds)})")
     march.check_params(params, f"{params_file}:train_march")

@@ -26,12 +26,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from factrl.config import WarmupParams, load_section, resolve_model
+from factrl.config import load_section
 from factrl.data import reference
 from factrl.data.schemas import CLAIMS, REFERENCES, REFERENCES_REJECTED, validate
 from factrl.data.splits import balanced_subset
 from factrl.io import atomic_path, write_json, write_parquet
+from factrl.model_names import resolve_model
 from factrl.recipes import warmup as recipe
+from factrl.recipes.warmup_params import WarmupParams
 
 OUT = Path("warmup")
 
@@ -59,7 +61,7 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
     from factrl.llm.backends import open_teacher
     from factrl.llm.models import cache_dir
 
-    params: WarmupParams = load_section("warmup", params_file)
+    params: WarmupParams = load_section(WarmupParams, params_file)
     # `base` (the default) is params model.base: the one place the base policy is named
     base_model = resolve_model(params.base_model, None, where="warmup.base_model", params_file=params_file)
     params = dataclasses.replace(params, base_model=base_model)

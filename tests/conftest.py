@@ -100,7 +100,7 @@ def script_llm(tokenizer):
 @pytest.fixture(scope="session")
 def demo_world(tmp_path_factory):
     """(claims as dicts, BM25 index directory) of a 200-passage demo world."""
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
 

@@ -14,8 +14,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
 
 from _measured import Measurement  # noqa: E402
+
 from bench import debate as bench  # noqa: E402
-from factrl.config import DebateParams, FitConsensusParams, MemberParams  # noqa: E402
+from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams  # noqa: E402
 
 
 def test_members_without_their_model_directory_fall_back_to_smollm2(tmp_path):

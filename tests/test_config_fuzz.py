@@ -14,8 +14,10 @@ from ruamel.yaml import YAML
 
 from factrl import config
 from factrl.config import ConfigError, load_section
+from factrl.sections import all_sections
 from tests.fuzz import json_values, tried
 
+SECTIONS = all_sections()
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -27,8 +29,8 @@ def field_names(cls) -> list[str]:
 def section(draw):
     """A section name and a value for it: a mapping of its own keys (and a stray one) to any value,
     or not a mapping at all."""
-    name = draw(st.sampled_from(sorted(config.SECTIONS)))
-    keys = field_names(config.SECTIONS[name]) + ["not_a_key"]
+    name = draw(st.sampled_from(sorted(SECTIONS)))
+    keys = field_names(SECTIONS[name]) + ["not_a_key"]
     value = draw(st.one_of(st.dictionaries(st.sampled_from(keys), json_values, max_size=4), json_values))
     return name, value
 
@@ -54,7 +56,7 @@ def test_load_section_raises_only_config_errors(case):
         except ConfigError as err:
             assert str(path) in str(err) and name in str(err), err
             return
-        assert isinstance(loaded, config.SECTIONS[name])
+        assert isinstance(loaded, SECTIONS[name])
 
 
 @FUZZ

@@ -257,13 +257,13 @@ def check_dvc(argv: tuple[str, ...], tmp_path) -> None:
             return
         from dvc.utils.hydra import apply_overrides
 
-        from factrl.config import load_section
+        from factrl.sections import load_any
 
         params = tmp_path / "params.yaml"
         shutil.copy(REPO / "params.yaml", params)
         apply_overrides(params, overrides)  # what `dvc exp run -S` does to params.yaml
         for section in {o.lstrip("+~").split(".")[0].split("=")[0] for o in overrides}:
-            load_section(section, params)
+            load_any(section, params)
 
 
 @pytest.mark.parametrize("cmd", ALL, ids=[c.id for c in ALL])
@@ -303,6 +303,7 @@ def test_profiles_and_dry_runs_run(page, block, tmp_path):
     README shows prints verl's command and composed config."""
     from factrl.config import load_section
     from factrl.profiles import apply_profile
+    from factrl.recipes.haris_params import TrainParams
 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
@@ -330,7 +331,7 @@ def test_profiles_and_dry_runs_run(page, block, tmp_path):
             args = factrl_args(cmd.argv)
             params = args[args.index("--params") + 1] if "--params" in args else "params.yaml"
             backend = (args[args.index("--backend") + 1] if "--backend" in args
-                       else load_section("train", sandbox_path(tmp_path, params)).backend)
+                       else load_section(TrainParams, sandbox_path(tmp_path, params)).backend)
             if backend == "verl":  # the servers, the main_ppo command, then verl's composed config
                 assert "-m verl.trainer.main_ppo" in proc.stdout, proc.stdout[:2000]
                 assert "# verl's ppo_trainer config with these overrides:" in proc.stdout

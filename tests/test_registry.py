@@ -4,22 +4,18 @@ any name the code would not find)."""
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 
 import pytest
 
-from factrl.config import ConfigError, EvaluateParams, GRPOParams, from_dict
+from factrl.config import ConfigError, from_dict, registry_names
+from factrl.eval.params import EvaluateParams
 from factrl.eval.runner import BASELINES, SYSTEMS
 from factrl.registry import Registry, UnknownName
 from factrl.rl.kl import KL_ESTIMATORS
 from factrl.rl.losses import LOSS_AGGREGATIONS
-
-
-def _literal(cls: type, field: str) -> set[str]:
-    tp = typing.get_type_hints(cls)[field]
-    while typing.get_origin(tp) is not typing.Literal:  # tuple[Literal[...], ...]
-        tp = typing.get_args(tp)[0]
-    return set(typing.get_args(tp))
+from factrl.rl.params import GRPOParams
 
 
 def test_registry_lookup_and_duplicates():
@@ -40,10 +36,20 @@ def test_registry_lookup_and_duplicates():
 @pytest.mark.parametrize(("cls", "field", "registry"), [
     (GRPOParams, "loss_agg", LOSS_AGGREGATIONS),
     (GRPOParams, "kl_type", KL_ESTIMATORS),
-    (EvaluateParams, "systems", {"haris": None, **BASELINES}),
 ])
-def test_params_literals_name_the_registered_entries(cls, field, registry):
-    assert _literal(cls, field) == set(registry)
+def test_params_names_are_the_registered_entries(cls, field, registry):
+    """The params field accepts exactly the registry's names: it reads them from the registry."""
+    meta = next(f.metadata for f in dataclasses.fields(cls) if f.name == field)
+    assert set(registry_names(meta)) == set(registry)
+    for name in registry:
+        assert getattr(from_dict(cls, {field: name}, "x"), field) == name
+
+
+def test_evaluate_systems_literal_names_the_registered_systems():
+    """``evaluate.systems`` keeps a Literal (eval.runner, which holds the registry, imports the params
+    module): it must name exactly haris and the registered baselines."""
+    tp = typing.get_type_hints(EvaluateParams)["systems"]
+    assert set(typing.get_args(typing.get_args(tp)[0])) == set(SYSTEMS)
 
 
 def test_systems_are_haris_and_the_registered_baselines():
@@ -51,5 +57,8 @@ def test_systems_are_haris_and_the_registered_baselines():
 
 
 def test_unregistered_name_in_params_names_the_key():
-    with pytest.raises(ConfigError, match=r"train\.search\.kl_type: 'k9' is not one of"):
+    with pytest.raises(ConfigError, match=r"train\.search\.kl_type: 'k9' is not a registered KL estimator; use one of \["):
         from_dict(GRPOParams, {"kl_type": "k9"}, "train.search")
+    assert from_dict(GRPOParams, {"kl_type": "k3+"}, "x").kl_type == "k3+"  # the straight-through variant
+    with pytest.raises(ConfigError, match=r"train\.search\.loss_agg: 'mean' is not a registered loss aggregation"):
+        from_dict(GRPOParams, {"loss_agg": "mean"}, "train.search")

@@ -20,20 +20,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factrl.config import PARAMS_FILE, SECTIONS, ConfigError, load_section
+from factrl.config import PARAMS_FILE, ConfigError
 from factrl.io import atomic_path
+from factrl.sections import all_sections, load_any
 from factrl.service.params import SECTION as SERVE
 from factrl.service.params import load_serve_params
 
 PROFILES_DIR = Path("profiles")
-# Sections no stage reads, each loaded by the code beside its dataclass: not in config.SECTIONS, so no
-# stage's import closure (and no stage's DVC dependencies) grows with them. Section -> loader(path).
+# Sections no stage reads, each loaded by the code beside its dataclass with a loader of its own (the
+# serve section's defaults come from evaluate's), not registered with the params loader. Section -> loader(path).
 OTHER_SECTIONS: dict[str, Callable[[str | Path], Any]] = {SERVE: load_serve_params}
 
 
 def load_any_section(name: str, path: str | Path = PARAMS_FILE) -> Any:
-    """Section ``name`` of ``path`` loaded into its dataclass, a stage's (config.SECTIONS) or another's."""
-    return OTHER_SECTIONS[name](path) if name in OTHER_SECTIONS else load_section(name, path)
+    """Section ``name`` of ``path`` loaded into its dataclass, a registered one (``factrl.sections``) or
+    one of :data:`OTHER_SECTIONS`."""
+    return OTHER_SECTIONS[name](path) if name in OTHER_SECTIONS else load_any(name, path)
 
 
 def _yaml():
@@ -56,7 +58,7 @@ def read_profile(name_or_path: str | Path, profiles_dir: Path = PROFILES_DIR) ->
     data = _yaml().load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a profile must be a mapping of params sections")
-    known = set(SECTIONS) | set(OTHER_SECTIONS)
+    known = set(all_sections()) | set(OTHER_SECTIONS)
     unknown = set(data) - known
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -78,7 +80,7 @@ def apply_profile(name_or_path: str | Path, params_file: str | Path = PARAMS_FIL
     params_file = Path(params_file)
     data = _yaml().load(params_file.read_text(encoding="utf-8"))
     profile = read_profile(name_or_path, profiles_dir)
-    for section in [s for s in profile if getattr(SECTIONS.get(s), "MAP_FIELD", None) and s in data]:
+    for section in [s for s in profile if getattr(all_sections().get(s), "MAP_FIELD", None) and s in data]:
         data[section] = profile.pop(section)  # keyed collections (rounds) are replaced whole
     merge(data, profile)
     write_params(data, params_file)

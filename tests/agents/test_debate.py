@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from factrl.agents import debate
-from factrl.config import DebateParams
 from factrl.data.schemas import DEBATE_TURNS, validate
 from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.llm.counting import CountingLLM
+from factrl.recipes.scmaks_params import DebateParams
 from tests.debate_fakes import GARBLE, DebateFake, by_label
 
 PARAMS = DebateParams(rounds=2, top_k=2, evidence_k=2, max_new_tokens=32, debate_max_tokens=64,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from factrl import config
+from factrl import model_names
 from factrl.agents import protocol
 from factrl.agents.registry import AGENTS, agent, by_stage
 from factrl.recipes import train_cli, verl_rounds, warmup
+from factrl.recipes.haris_params import TrainParams
 from factrl.registry import UnknownName
 from factrl.rl import runs
 
@@ -16,7 +17,7 @@ from factrl.rl import runs
 def test_one_name_per_agent_everywhere(repo_root):
     names = set(AGENTS)
     assert names == {"reason", "search"}
-    assert set(config.AGENTS) == names  # symbolic model names, checkpoint_of
+    assert set(model_names.AGENTS) == names  # symbolic model names, checkpoint_of
     assert set(verl_rounds.AGENTS) == names  # the verl forms
     assert set(warmup.MODEL_NAMES.values()) == names  # the warm start's models/<name>_0
     assert {runs.PARAMS_KEYS[n] for n in names} == {"train.reasoning", "train.search"}
@@ -27,7 +28,7 @@ def test_one_name_per_agent_everywhere(repo_root):
 
 
 def test_each_agent_reads_its_own_params_section():
-    train = config.TrainParams()
+    train = TrainParams()
     assert agent("reason").train_params(train) is train.reasoning
     assert agent("search").train_params(train) is train.search
     assert by_stage("train_reason") is agent("reason")

@@ -6,7 +6,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from factrl.consensus.features import FEATURES, UNKNOWN_HISTORY, debate_features, feature_table, revision_sentiment
+from factrl.consensus.features import (
+    FEATURES,
+    UNKNOWN_HISTORY,
+    debate_features,
+    feature_table,
+    revision_sentiment,
+)
 from factrl.data.schemas import CONSENSUS_FEATURES, DEBATE_TURNS
 
 S, R = "SUPPORTS", "REFUTES"
@@ -83,8 +89,8 @@ def test_a_claim_without_an_opening_is_an_error(transcript):
 
 
 def test_a_fit_takes_history_from_its_training_claims_only():
-    from factrl.config import AggregatorParams, FitConsensusParams, RewardModelParams
     from factrl.recipes.scmaks import fit_run
+    from factrl.recipes.scmaks_params import AggregatorParams, FitConsensusParams, RewardModelParams
     from tests.consensus.synthetic import FLIP, pool
 
     fs = pool(60, always_right=0)
@@ -99,8 +105,13 @@ def test_a_fit_takes_history_from_its_training_claims_only():
 
 
 def test_cross_validation_reports_the_weight_each_member_earns():
-    from factrl.config import AggregatorParams, CrossValParams, FitConsensusParams, RewardModelParams
     from factrl.recipes.scmaks import cross_validate
+    from factrl.recipes.scmaks_params import (
+        AggregatorParams,
+        CrossValParams,
+        FitConsensusParams,
+        RewardModelParams,
+    )
     from tests.consensus.synthetic import pool
 
     quick = FitConsensusParams(reward_model=RewardModelParams(epochs=5), aggregator=AggregatorParams(

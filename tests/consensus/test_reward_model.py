@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factrl.config import RewardModelParams
 from factrl.consensus.features import FEATURES
 from factrl.consensus.reward_model import auc, fit_reward_model
+from factrl.recipes.scmaks_params import RewardModelParams
 from tests.consensus.synthetic import FLIP, pool
 
 

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from factrl.config import WorldParams
 from factrl.data.curriculum import build_curriculum, counts, split_m2r, split_segments
+from factrl.data.params import WorldParams
 from factrl.data.world import generate_claims
 
 

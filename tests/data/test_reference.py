@@ -12,10 +12,11 @@ from factrl.agents.haris import REASONING_SYSTEM, SEARCH_SYSTEM
 from factrl.agents.protocol import parse_reasoning, parse_search
 from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN
 from factrl.agents.tools import RetrieverTool
-from factrl.config import WarmupParams, WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.reference import check_reference, teacher_references, validate_references, world_references
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED, DataError
 from factrl.llm.base import Completion, TokensUnsupported
+from factrl.recipes.warmup_params import WarmupParams
 from factrl.retrieval.index import Hit
 
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from factrl.config import WorldDifficulty, WorldParams
 from factrl.data import world as w
+from factrl.data.params import WorldDifficulty, WorldParams
 from factrl.data.splits import stratified_split
 from factrl.data.world_teacher import answer_from_chain, chain_facts
 from factrl.data.world_wordings import MAX_WORDINGS, question_wordings, relation_wording

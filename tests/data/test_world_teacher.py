@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.config import WorldParams
 from factrl.data import world_teacher as wt
+from factrl.data.params import WorldParams
 from factrl.data.world import RELATION, generate_claims
 
 # Wordings of each relation's question about {x}, in the styles the reasoning agent writes them:

@@ -330,9 +330,10 @@ def test_cli_defaults_equal_the_stage_params():
     from pathlib import Path
 
     from factrl.config import load_section
+    from factrl.eval.params import EvaluateParams
     from factrl.eval.runner import cli_parser
 
-    stage = load_section("evaluate", Path(__file__).resolve().parents[2] / "params.yaml")
+    stage = load_section(EvaluateParams, Path(__file__).resolve().parents[2] / "params.yaml")
     args = cli_parser().parse_args(["--claims", "c.jsonl", "--passages", "p.jsonl", "--out", "o"])
     for key in ("per_hop", "seed", "top_k", "max_new_tokens", "max_turns", "batch_size", "n_boot", "trace_claims"):
         assert getattr(args, key) == getattr(stage, key), key

@@ -11,14 +11,16 @@ import threading
 
 import pytest
 
-from factrl.config import RoundParams, SynthesizeParams, WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.splits import balanced_subset
 from factrl.data.world import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
-from factrl.recipes.haris_rounds import find_round
+from factrl.model_names import RoundParams
 from factrl.orchestration.teacher import TeacherBatchError
 from factrl.recipes import haris_synthesize as recipe
+from factrl.recipes.haris_params import SynthesizeParams
+from factrl.recipes.haris_rounds import find_round
 from tests.prefect_harness import prefect_harness
 
 
@@ -179,8 +181,8 @@ def test_round_chain_and_limit(claims):
 def test_world_teacher_backend_answers_from_the_gold_chain(claims, tmp_path):
     """`teacher.backend: world` through the same fan-out: right answers for the chain's questions in
     the agent's wordings, None for questions about nothing in the chain, both in the summary."""
-    from factrl.config import TeacherParams
     from factrl.llm.backends import open_teacher
+    from factrl.recipes.teacher_params import TeacherParams
 
     def asking(rows):
         out = []

@@ -20,10 +20,18 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 from factrl.agents import haris
 from factrl.agents.rollout import run_rollouts
 from factrl.agents.tools import RetrieverTool
-from factrl.config import RoundParams, TrainParams
+from factrl.model_names import RoundParams
 from factrl.recipes import haris_rounds, verl_rounds
-from factrl.recipes.haris_verl import (REASONING, SEARCH, ReasoningAgentLoop, RetrieverVerlTool, SearchAgentLoop,
-                                       SearchAgentVerlTool, compute_score)
+from factrl.recipes.haris_params import TrainParams
+from factrl.recipes.haris_verl import (
+    REASONING,
+    SEARCH,
+    ReasoningAgentLoop,
+    RetrieverVerlTool,
+    SearchAgentLoop,
+    SearchAgentVerlTool,
+    compute_score,
+)
 from factrl.rl import verl_backend
 from tests.servers import running_app
 from tests.verl_standin import StandInServer, build_loop, cpu_config, run_loops

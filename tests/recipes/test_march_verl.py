@@ -93,7 +93,7 @@ def test_bad_loop_config_is_a_clear_error(config):
 
 
 def test_the_stage_plan_is_a_verl_config_with_the_march_loop_and_no_tool(tmp_path):
-    from factrl.config import TrainMarchParams
+    from factrl.recipes.march_params import TrainMarchParams
     from factrl.recipes.march_verl import REWARD_MODULE, plan
     from factrl.rl import verl_backend
 

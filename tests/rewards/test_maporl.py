@@ -103,8 +103,9 @@ def test_maporl_reasoning_is_selectable_by_name_and_a_guard_fires_on_a_hacked_ou
 def test_the_debate_selects_a_verifier_reward_by_name_and_shapes_each_members_turns():
     import dataclasses
 
-    from factrl.config import ConfigError, DebateParams
+    from factrl.config import ConfigError
     from factrl.recipes.scmaks import debate_plan, debate_verifier_rewards
+    from factrl.recipes.scmaks_params import DebateParams
 
     with pytest.raises(ConfigError, match=r"debate.verifier_reward: unknown reward 'maporl_cumul'.*'maporl_cumulative'"):
         debate_plan(DebateParams(verifier_reward="maporl_cumul"))

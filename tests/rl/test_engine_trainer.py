@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.config import GRPOParams
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
+from factrl.rl.params import GRPOParams
 from factrl.rl.trainer import GRPOTrainer
 from tests.rl.tiny import PROMPTS, checksum_reward, tiny_model
 

@@ -111,13 +111,15 @@ def test_warm_start_on_smollm2_lowers_the_loss_and_keeps_the_prompt_style(tmp_pa
 
     from factrl.agents.haris import prompt_style
     from factrl.agents.tools import RetrieverTool
-    from factrl.config import SFTParams, WarmupParams, WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.reference import world_references
     from factrl.data.world import write_world
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
     from factrl.recipes.warmup import agent_examples, warm_agent
+    from factrl.recipes.warmup_params import WarmupParams
     from factrl.retrieval.index import Retriever, build_index
+    from factrl.rl.params import SFTParams
 
     write_world(WorldParams(seed=9, num_passages=200, num_claims=16, hops=(2,)), tmp_path / "p.parquet",
                 tmp_path / "c.parquet")

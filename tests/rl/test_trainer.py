@@ -14,13 +14,31 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from factrl.config import GRPOParams
 from factrl.rewards.haris import reasoning_reward
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
-from factrl.rl.trainer import (GRPOTrainer, checkpoints, collate, draw_prompts, part_rates, prompt_strata,
-                               response_logits, sample_step, step_prompts, train)
-from tests.rl.tiny import DYNAMIC_CFG, TINY_CFG, checksum_reward, make_rollout_fn, parity_reward, run, tiny_model
+from factrl.rl.params import GRPOParams
+from factrl.rl.trainer import (
+    GRPOTrainer,
+    checkpoints,
+    collate,
+    draw_prompts,
+    part_rates,
+    prompt_strata,
+    response_logits,
+    sample_step,
+    step_prompts,
+    train,
+)
+from tests.rl.tiny import (
+    DYNAMIC_CFG,
+    TINY_CFG,
+    checksum_reward,
+    make_rollout_fn,
+    parity_reward,
+    run,
+    tiny_model,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = {"rollout_time", "reward_time", "train_time", "step_time"}

@@ -24,9 +24,10 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from factrl import config as factrl_config
-from factrl.config import RoundParams, TrainParams
+from factrl.model_names import RoundParams
 from factrl.profiles import apply_profile
 from factrl.recipes import verl_rounds
+from factrl.recipes.haris_params import TrainParams
 from factrl.rl import verl_backend, verl_run
 from factrl.rl.verl_backend import MAIN_PPO
 from tests.pipeline_repo import edit_params
@@ -43,7 +44,7 @@ def paper_train(repo_root, tmp_path) -> TrainParams:
     params = tmp_path / "params.yaml"
     shutil.copy(repo_root / "params.yaml", params)
     apply_profile("paper", params, repo_root / "profiles")
-    return factrl_config.load_section("train", params)
+    return factrl_config.load_section(TrainParams, params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def test_the_single_gpu_recipe_of_the_docs_composes(tmp_path, repo_root):
     apply_profile("paper", params, repo_root / "profiles")
     (tmp_path / "one_gpu.yaml").write_text(yaml.safe_dump(yaml.safe_load(block)))
     apply_profile(tmp_path / "one_gpu.yaml", params, repo_root / "profiles")
-    train = factrl_config.load_section("train", params)
+    train = factrl_config.load_section(TrainParams, params)
     cfg = verl_backend.compose(plan_for("reason", train, tmp_path).overrides)
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert cfg.trainer.n_gpus_per_node == 1 and cfg.actor_rollout_ref.actor.fsdp_config.param_offload is True

@@ -17,9 +17,9 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.config import GRPOParams
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import resolve_model_path
+from factrl.rl.params import GRPOParams
 from factrl.rl.trainer import GRPOTrainer, train
 
 TINY_CFG = GRPOParams(

@@ -16,7 +16,7 @@ import sys
 
 from transformers import TrainerCallback
 
-from factrl.config import SFTParams
+from factrl.rl.params import SFTParams
 from factrl.rl.sft import IGNORE_INDEX, SFTResult, train_sft
 from tests.rl.tiny import tiny_model, tokenizer
 

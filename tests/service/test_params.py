@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.config import ConfigError, EvaluateParams
+from factrl.config import ConfigError
+from factrl.eval.params import EvaluateParams
 from factrl.service.params import ServeParams, index_hash, load_serve_params, params_hash, resolve_checkpoints
 
 

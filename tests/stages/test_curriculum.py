@@ -10,7 +10,7 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
-from factrl.config import WorldParams
+from factrl.data.params import WorldParams
 from factrl.data.world import generate_claims
 from factrl.io import write_parquet
 from stages import curriculum

@@ -15,12 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from factrl.config import ConfigError, DebateParams, FitConsensusParams, MemberParams, load_section
+from factrl.config import ConfigError, load_section
 from factrl.data.schemas import CONSENSUS_PREDICTIONS, DEBATE_TURNS
 from factrl.eval.stats import consensus_rows
 from factrl.llm.cache import DiskCache
-from factrl.recipes import scmaks
 from factrl.orchestration.fanout import BatchError
+from factrl.recipes import scmaks
+from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of
@@ -43,7 +44,7 @@ PARAMS = DebateParams(pool=POOL, retrieval_mode="bm25", top_k=2, evidence_k=2, m
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """(claims per split, retriever, claim text -> gold label) of a 24-claim demo world."""
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import Retriever, build_index
 
@@ -228,7 +229,7 @@ def test_wrong_params_stop_the_stage_naming_the_key(tmp_path, monkeypatch, secti
 
 
 def test_pool_models_resolve_their_symbolic_names(tmp_path):
-    """Members name models as the rest of params do (factrl.config.resolve_model): `model` as the
+    """Members name models as the rest of params do (factrl.model_names.resolve_model): `model` as the
     reasoning agent, `search_model` (empty: `model`'s name, for haris) as the search agent."""
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump({"model": {"base": "smollm2-135m"}, "rounds": {
@@ -248,8 +249,8 @@ def test_pool_models_resolve_their_symbolic_names(tmp_path):
 
 
 def test_params_yaml_sections_load(repo_root):
-    debate_params = stage.resolve_pool(load_section("debate", repo_root / "params.yaml"), repo_root / "params.yaml")
+    debate_params = stage.resolve_pool(load_section(DebateParams, repo_root / "params.yaml"), repo_root / "params.yaml")
     assert debate_params.pool[0].model.startswith("models")  # Ada: the last round's trained pair
     plan = scmaks.debate_plan(debate_params)
     assert len(plan.pool) >= 2 and plan.roles[:2] == ("cooperative", "adversarial")
-    assert scmaks.consensus_plan(load_section("fit_consensus", repo_root / "params.yaml")).ppo
+    assert scmaks.consensus_plan(load_section(FitConsensusParams, repo_root / "params.yaml")).ppo

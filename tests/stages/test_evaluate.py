@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from factrl.config import ConfigError, load_section
+from factrl.data.params import PrepareParams
 from factrl.eval import runner
+from factrl.eval.params import EvaluateParams
 from tests.eval.test_runner import ScriptedLLM
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 
@@ -182,7 +184,7 @@ def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
     from factrl.data.world import generate_claims
 
     params = repo_root / "params.yaml"
-    prepare, evaluate = load_section("prepare", params), load_section("evaluate", params)
+    prepare, evaluate = load_section(PrepareParams, params), load_section(EvaluateParams, params)
     assert evaluate.per_hop >= 60 and not evaluate.real
     held = stratified_split(generate_claims(prepare.world), prepare.split_fractions, prepare.seed)["eval"]
     counts = {}
@@ -210,20 +212,20 @@ def test_checkpoints_default_to_base_warm_and_trained(tmp_path, monkeypatch):
     rounds = {"1": {"prev": 0, "segment": "all"}, "2": {"prev": 1, "segment": "seg1"}}
     params.write_text(yaml.safe_dump({"model": {"base": "smollm2-135m"}, "evaluate": {}, "rounds": rounds}))
     with pytest.raises(FileNotFoundError, match=r"checkpoints\[1\].reason: warm = models/reason_0 does not exist"):
-        stage.resolve_checkpoints(load_section("evaluate", params), params)
+        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
     for name in ("reason_0", "search_0", "reason_2", "search_2"):
         (tmp_path / "models" / name).mkdir(parents=True)
-    assert stage.resolve_checkpoints(load_section("evaluate", params), params) == [
+    assert stage.resolve_checkpoints(load_section(EvaluateParams, params), params) == [
         ("HARIS (base)", "smollm2-135m", "smollm2-135m"),
         ("HARIS (warm)", str(Path("models/reason_0")), str(Path("models/search_0"))),
         ("HARIS (trained)", str(Path("models/reason_2")), str(Path("models/search_2")))]
     params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [
         {"name": "HARIS r4", "reason": "models/reason_4", "search": "models/search_4"}]}}))
     with pytest.raises(FileNotFoundError, match=r"evaluate.checkpoints\[0\].reason: models/reason_4 does not exist"):
-        stage.resolve_checkpoints(load_section("evaluate", params), params)
+        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
     params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [], "systems": ["haris"]}}))
     with pytest.raises(ConfigError, match=r"evaluate.checkpoints: empty, but systems has haris"):
-        stage.resolve_checkpoints(load_section("evaluate", params), params)
+        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
 
 
 def test_sets_are_checked(tmp_path, monkeypatch):
@@ -231,18 +233,18 @@ def test_sets_are_checked(tmp_path, monkeypatch):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "nope.jsonl"}]}}))
     with pytest.raises(FileNotFoundError, match=r"evaluate.sets\[0\] \(x\): nope.jsonl does not exist"):
-        stage.load_sets(load_section("evaluate", params))
+        stage.load_sets(load_section(EvaluateParams, params))
     params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "a.jsonl", "hub": "hover"}]}}))
     with pytest.raises(ValueError, match="exactly one of path and hub"):
-        stage.load_sets(load_section("evaluate", params))
+        stage.load_sets(load_section(EvaluateParams, params))
 
 
 def test_a_set_with_its_own_index_is_searched_like_index_dir(tiny_world):
     """A set of another world with an index built by stage index's code (bench/learning.py's unseen
     world) is searched over that index with evaluate.retrieval_mode, not over index/ nor with BM25
     alone; passages and index together are refused."""
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
-    from factrl.config import WorldParams
     from stages import index as index_stage
 
     other = tiny_world / "other"
@@ -252,14 +254,14 @@ def test_a_set_with_its_own_index_is_searched_like_index_dir(tiny_world):
     index_stage.main("params.yaml", passages=other / "passages.parquet", out=other / "index")  # minilm: dense too
     spec = {"name": "other", "path": str(other / "claims.parquet"), "index": str(other / "index")}
     _write_params(tiny_world / "params.yaml", {"sets": [spec], "retrieval_mode": "hybrid"})
-    [own], _ = stage.load_sets(load_section("evaluate", tiny_world / "params.yaml"))
+    [own], _ = stage.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
     assert own.retriever.mode == "hybrid" and own.retriever.dir == other / "index"
     claim = own.claims.to_pylist()[0]
     gold = set(claim["hops"][0]["passage_ids"])
     assert gold & {h.id for h in own.retriever.search([claim["hops"][0]["question"]], k=3)[0]}
     _write_params(tiny_world / "params.yaml", {"sets": [spec | {"passages": str(other / "passages.parquet")}]})
     with pytest.raises(ValueError, match="at most one of passages"):
-        stage.load_sets(load_section("evaluate", tiny_world / "params.yaml"))
+        stage.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
 
 
 def test_dvc_deps_cover_every_model_checkpoint_of_any_round(repo_root):

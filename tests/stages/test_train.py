@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from factrl.config import ReasonTrainParams, SearchTrainParams, WorldParams
+from factrl.data.params import WorldParams
 from factrl.llm.backends import open_llm
 from factrl.recipes import haris_rounds
+from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams
 from factrl.rl.runs import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,8 +154,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     written, checkpoints are dropped at the end; every question of the reasoning agent is answered
     by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
-    from factrl.recipes.haris_train import train_reason
-    from factrl.recipes.haris_train import train_search
+    from factrl.recipes.haris_train import train_reason, train_search
 
     _learning_signal(monkeypatch)
     claims, _ = world
@@ -250,8 +250,8 @@ TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 
 def _tiny_run(out: Path, kill_after: int | None) -> RunResult:
-    from factrl.retrieval.index import Retriever
     from factrl.recipes.haris_train import train_search
+    from factrl.retrieval.index import Retriever
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, index = tiny_world(out.parent / "world")

@@ -15,7 +15,8 @@ import networkx as nx
 import pytest
 from dvc.repo import Repo
 
-from factrl.config import load_section, resolve_model
+from factrl.config import load_section
+from factrl.model_names import RoundsParams, resolve_model
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 
 
@@ -68,7 +69,7 @@ def _downstream(repo: Path, names: list[str]) -> set[str]:
 
 
 def test_reasoning_lr_edit_reruns_only_train_reason_and_what_follows(committed_repo):
-    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    ids = [r.id for r in load_section(RoundsParams, committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"train": {"reasoning": {"lr": 2e-6}}})
     changed = _dry(committed_repo)
     assert changed == [f"train_reason@{i}" for i in ids]  # stages are named by round id
@@ -82,13 +83,13 @@ def test_reasoning_lr_edit_reruns_only_train_reason_and_what_follows(committed_r
 
 
 def test_search_lr_edit_reruns_train_search_only(committed_repo):
-    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    ids = [r.id for r in load_section(RoundsParams, committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"train": {"search": {"lr": 2e-6}}})
     assert _dry(committed_repo) == [f"train_search@{i}" for i in ids]
 
 
 def test_warmup_edit_reruns_warmup_and_what_follows_it_only(committed_repo):
-    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    ids = [r.id for r in load_section(RoundsParams, committed_repo / "params.yaml").rounds]
     edit_params(committed_repo, {"warmup": {"reasoning": {"lr": 3e-5}}})
     assert _dry(committed_repo) == ["warmup"]
     later = _downstream(committed_repo, ["warmup"])
@@ -106,7 +107,7 @@ def test_a_world_edit_reruns_prepare_and_everything_that_reads_its_claims(commit
     edit_params(committed_repo, {"prepare": {"world": {"difficulty": {"homonyms": 0.3, "wordings": 3}}}})
     assert _dry(committed_repo) == ["prepare"]
     later = _downstream(committed_repo, ["prepare"])
-    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    ids = [r.id for r in load_section(RoundsParams, committed_repo / "params.yaml").rounds]
     assert {"index", "curriculum", "warmup", "evaluate"} | {f"train_reason@{i}" for i in ids} <= later
     with Repo(str(committed_repo)) as dvc:
         warmup = next(s for s in dvc.index.stages if s.addressing == "warmup")
@@ -116,7 +117,7 @@ def test_a_world_edit_reruns_prepare_and_everything_that_reads_its_claims(commit
 def test_rounds_chain_as_algorithm_1(committed_repo):
     """train_search@r needs qa_r and L_prev; train_reason@r needs L_r and H_prev; synthesize@r+1
     needs both agents of round r."""
-    rounds = load_section("rounds", committed_repo / "params.yaml").rounds
+    rounds = load_section(RoundsParams, committed_repo / "params.yaml").rounds
     with Repo(str(committed_repo)) as dvc:
         graph = dvc.index.graph
         by_name = {s.addressing: s for s in graph.nodes}
@@ -140,7 +141,7 @@ def test_a_new_round_reaches_evaluate_and_debate_with_no_dvc_yaml_edit(committed
     stages depend on models/ and on rounds: adding a round changes their inputs, and DVC chains them
     after the new round's training, with dvc.yaml as it was."""
     dvc_yaml = (committed_repo / "dvc.yaml").read_text()
-    last = max(r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds)
+    last = max(r.id for r in load_section(RoundsParams, committed_repo / "params.yaml").rounds)
     new = last + 1
     edit_params(committed_repo, {"rounds": {str(new): {"prev": last, "segment": "seg2", "questions": "all"}}})
     with Repo(str(committed_repo)) as dvc:

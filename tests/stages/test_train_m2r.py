@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from dvc.repo import Repo
 
-from factrl.config import ConfigError, M2RParams, M2RStageParams, SFTParams, load_section
+from factrl.config import ConfigError, load_section
 from factrl.recipes import m2r as recipe
+from factrl.recipes.m2r_params import M2RParams, M2RStageParams, M2RStagesParams
+from factrl.rl.params import SFTParams
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 from tests.stages.test_train_dvc import _dry, commit_stand_ins
 
@@ -28,7 +30,7 @@ def _stage_names(repo: Path) -> set[str]:
 
 def test_m2r_is_off_by_default(repo_root, tmp_path):
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
-    assert load_section("m2r_stages", repo / "params.yaml").stages == ()
+    assert load_section(M2RStagesParams, repo / "params.yaml").stages == ()
     assert not {n for n in _stage_names(repo) if n.startswith("train_m2r")}
 
 
@@ -67,13 +69,13 @@ def test_a_wrong_params_entry_names_its_key(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("m2r: {reward: m2r_typo}\nm2r_stages: {\"1\": {prev: 0, segment: m2r_stage1}}\n")
     with pytest.raises(KeyError, match=r"m2r\.reward.*'m2r_typo'"):
-        recipe.reward_function(load_section("m2r", path).reward)
+        recipe.reward_function(load_section(M2RParams, path).reward)
     path.write_text("m2r: {lr_typo: 1.0}\n")
     with pytest.raises(ConfigError, match=r"m2r: unknown key\(s\) \['lr_typo'\]"):
-        load_section("m2r", path)
+        load_section(M2RParams, path)
     path.write_text("m2r_stages: {\"1\": {prev: 0, segment: all, format: 3}}\n")
     with pytest.raises(ConfigError, match=r"m2r_stages.stages\[0\].format|m2r_stages.*format"):
-        load_section("m2r_stages", path)
+        load_section(M2RStagesParams, path)
     stages = (M2RStageParams(id=1, prev=0, segment="m2r_stage1"),
               M2RStageParams(id=2, prev=1, segment="m2r_stage2", start="segments/all.parquet"))
     with pytest.raises(ConfigError, match=r"m2r_stages\.2\.start: .*'m2r/model_1'"):

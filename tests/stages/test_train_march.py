@@ -13,8 +13,10 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
-from factrl.config import ConfigError, SFTParams, TrainMarchParams, load_section
+from factrl.config import ConfigError, load_section
 from factrl.recipes import march
+from factrl.recipes.march_params import TrainMarchParams
+from factrl.rl.params import SFTParams
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 from tests.stages.test_train_dvc import _downstream, _dry, commit_stand_ins
 
@@ -27,7 +29,7 @@ def _stages(repo: Path) -> set[str]:
 
 
 def test_train_march_is_off_by_default(repo_root, tmp_path):
-    assert load_section("train_march", repo_root / "params.yaml").seeds == ()
+    assert load_section(TrainMarchParams, repo_root / "params.yaml").seeds == ()
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {})
     assert not {s for s in _stages(repo) if s.startswith("train_march")}
 
@@ -37,7 +39,7 @@ def test_train_march_edit_reruns_only_its_stages(repo_root, tmp_path, monkeypatc
     monkeypatch.chdir(repo)
     assert {"train_march@0", "train_march@1"} <= _stages(repo)
     commit_stand_ins(repo)
-    committed_lr = load_section("train_march", repo / "params.yaml").lr
+    committed_lr = load_section(TrainMarchParams, repo / "params.yaml").lr
     edit_params(repo, {"train_march": {"lr": committed_lr * 2}})
     changed = _dry(repo)
     assert sorted(changed) == ["train_march@0", "train_march@1"]
@@ -70,13 +72,13 @@ def _params_file(tmp_path: Path, section: dict) -> Path:
     ({"backend": "verl", "train_roles": ["solver"], "max_context_tokens": 1024}, "train_march.max_context_tokens"),
 ])
 def test_a_wrong_name_stops_the_stage_naming_the_key(tmp_path, section, key):
-    params = load_section("train_march", _params_file(tmp_path, section))
+    params = load_section(TrainMarchParams, _params_file(tmp_path, section))
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         march.check_params(params, f"{tmp_path / 'params.yaml'}:train_march")
 
 
 def test_a_reward_of_another_family_says_which_family_and_what_fits(tmp_path):
-    params = load_section("train_march", _params_file(tmp_path, {"reward": "haris_reasoning"}))
+    params = load_section(TrainMarchParams, _params_file(tmp_path, {"reward": "haris_reasoning"}))
     with pytest.raises(ConfigError, match=r"train_march\.reward: reward 'haris_reasoning' would be of the 'haris' "
                                           r"family .*not loaded here.*\['march_err', 'march_ztr'\]"):
         march.check_params(params)
@@ -89,7 +91,7 @@ def test_a_reward_of_another_family_says_which_family_and_what_fits(tmp_path):
 ])
 def test_a_wrong_entry_fails_loading_naming_the_key(tmp_path, section, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        load_section("train_march", _params_file(tmp_path, section))
+        load_section(TrainMarchParams, _params_file(tmp_path, section))
 
 
 def test_a_seed_without_a_run_is_an_error(tmp_path, monkeypatch):
@@ -142,8 +144,8 @@ def test_tiny_run_on_the_verl_backend(tmp_path, repo_root, monkeypatch):
     """``backend: verl`` with a stand-in for verl's ``main_ppo`` (tests/recipes/fake_main_ppo.py; verl's
     trainer needs CUDA): the stage writes MARCH rows and the march agent loop's config, no tool, and
     evaluates the model merged from verl's checkpoint."""
-    from stages.train_march import train_march
     from factrl.rl import verl_backend
+    from stages.train_march import train_march
     from tests.rl.tiny import tiny_model, tokenizer
 
     tok = tokenizer()
@@ -204,7 +206,7 @@ def test_unanswerable_references_decline_find_no_number_and_check_nothing():
     from dataclasses import replace
 
     from factrl.agents import march as agent
-    from factrl.data.world import NOT_IN_DOCUMENTS
+    from factrl.data.world_numeric import NOT_IN_DOCUMENTS
     from tests.rl.tiny import tokenizer
 
     eos = tokenizer().eos_token

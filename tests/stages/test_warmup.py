@@ -18,7 +18,7 @@ from tests.rl.tiny import tiny_model, tokenizer
 @pytest.fixture
 def stage_dir(tmp_path, monkeypatch):
     """A working directory holding data/claims/warm.parquet, index/ (BM25) and a tiny base model."""
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
 

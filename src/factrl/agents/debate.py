@@ -40,7 +40,7 @@ from factrl.llm.base import Message, SamplingParams
 from factrl.text import first_sentence
 
 if TYPE_CHECKING:
-    from factrl.config import DebateParams
+    from factrl.recipes.scmaks_params import DebateParams
 
 ROLES = ("cooperative", "adversarial")
 GENERATE, SAMPLE, SUMMARY = "generate", "sample", "summary"  # the transcript's other phases

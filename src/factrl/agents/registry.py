@@ -49,7 +49,7 @@ class AgentSpec:
         return f"train_{self.name}"
 
     def train_params(self, train):
-        """Its section of a loaded ``train`` params section (:class:`factrl.config.TrainParams`)."""
+        """Its section of a loaded ``train`` params section (:class:`factrl.recipes.haris_params.TrainParams`)."""
         return getattr(train, self.params_attr)
 
 

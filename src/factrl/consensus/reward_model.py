@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from factrl.config import RewardModelParams
 from factrl.consensus.features import FeatureSet
+from factrl.recipes.scmaks_params import RewardModelParams
 
 
 @contextlib.contextmanager

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
+from factrl.config import names_from, params_section
 
 EPOCH1 = "all"
 M2R_STAGES = ("m2r_stage1", "m2r_stage2")
@@ -140,3 +143,25 @@ def manifest(pieces: dict[str, pa.Table], *, segments: int, stage1_fraction: flo
             "by_hops": "per label: fewest hops first (unknown last), seeded tie-break"}[m2r_split],
         "pieces": {name: {"rows": t.num_rows, "counts": counts(t)} for name, t in pieces.items()},
     }
+
+
+@params_section("curriculum")
+@dataclass(frozen=True)
+class CurriculumParams:
+    """Stage ``curriculum``: split the train claims T into the training schedule's pieces.
+
+    segments: N, the number of epoch-2 segments (HARIS Algorithm 1: rounds 2..N+1 each train on
+        one); every segment gets an equal share of every (label, num_hops) stratum.
+    m2r_stage1_fraction: share of T in the first M2R curriculum stage (macro retrieval and key
+        saving); the rest form stage 2 (micro retrieval). Both stages keep the label balance.
+    m2r_split: which claims go to stage 1 (factrl.data.curriculum.M2R_SPLITS): ``stratified``, a
+        share of every (label, num_hops) stratum, so the stages differ in skill only (the paper's
+        curriculum); or ``by_hops``, the fewest-hop claims first (at 135M it taught the policy to
+        stop after stage 1's hop count).
+    seed: seed of the shuffles inside each stratum.
+    """
+
+    segments: int = 3
+    m2r_stage1_fraction: float = 0.5
+    m2r_split: str = names_from(M2R_SPLITS, "stratified")
+    seed: int = 11

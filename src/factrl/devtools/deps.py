@@ -31,8 +31,9 @@ The closure over-approximates one run (a function-level import on a branch this 
 still counts: the next run, with other params, may take it), which is what a dependency must do.
 
 **Dynamic imports.** No stage imports a module by a computed name in its own process: ``importlib`` is
-used only by the ``factrl`` CLI's command table (``cli.py``) and by ``factrl train``
-(``recipes/train_cli.py``), and no stage's closure reaches either. What a stage runs *by name in another
+used only by the ``factrl`` CLI's command table (``cli.py``), by ``factrl train``
+(``recipes/train_cli.py``) and by ``factrl.sections`` (every params module, for profiles and the params
+reference), and no stage's closure reaches any of them (a stage imports the params dataclass it reads). What a stage runs *by name in another
 process* (a ``python -m factrl.cli <command>`` server it starts, a dotted class path it hands to verl)
 is code the stage depends on that ``ast`` cannot see; :data:`DYNAMIC_IMPORTS` lists it, keyed by the
 module that names it, and the closure follows those entries like imports. A new ``importlib`` call, ``-m``

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from factrl.eval.calibration_params import CalibrationParams
+from factrl.eval.params import CalibrationParams
 from factrl.registry import Registry
 
 __all__ = ["CalibrationParams", "Calibrator", "METHODS", "brier", "calibration_metrics", "calibration_path",

@@ -34,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents.rollout import Trajectory
-from factrl.config import EvaluateParams
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
+from factrl.eval.params import EvaluateParams
 from factrl.eval.report import nested_metrics
 from factrl.eval.sampling import stratified_sample
 from factrl.llm.backends import add_endpoint_args, parse_spec, routed
@@ -531,12 +531,12 @@ def calibration_markdown(calibration: Mapping, maps: Mapping | None = None) -> s
 
 
 def resolve_checkpoint_pair(checkpoint, where: str, params_file: str | Path = "params.yaml") -> tuple[str, str]:
-    """The (reason, search) models of a checkpoint (``factrl.config.CheckpointParams``) read at
+    """The (reason, search) models of a checkpoint (``factrl.eval.params.CheckpointParams``) read at
     params key ``where`` (``evaluate.checkpoints[0]``, ``serve.checkpoints[1]``), symbolic names
-    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.config.resolve_model`. A
+    (``base``, ``warm``, ``last``, ``r<id>``) resolved by :func:`factrl.model_names.resolve_model`. A
     local model directory must exist (a FileNotFoundError naming the key otherwise); an embedded
     name or an endpoint (``openai:MODEL@URL``) is taken as given."""
-    from factrl.config import resolve_model
+    from factrl.model_names import resolve_model
 
     pair = []
     for agent, spec in (("reason", checkpoint.reason), ("search", checkpoint.search)):
@@ -580,8 +580,8 @@ def paired_gains(predictions: Sequence[Mapping], pairs: Sequence[tuple[str, str]
 def passages_index(passages: str | Path, root: str | Path) -> Path:
     """A BM25 index of a passage file (JSONL or PASSAGES Parquet) under ``root``, keyed by the file's
     content hash, so an unchanged file is indexed once; returns the index directory."""
-    from factrl.data.sources import read_passages
     from factrl.data.schemas import PASSAGES
+    from factrl.data.sources import read_passages
     from factrl.io import write_parquet
     from factrl.retrieval.index import MANIFEST, build_index
 
@@ -687,7 +687,7 @@ def cli_parser() -> argparse.ArgumentParser:
                         help="a HARIS (reasoning, search) model pair: directories, embedded names or LLM specs "
                              "(openai:MODEL@URL); repeatable (default: --base-model for both)")
     parser.add_argument("--base-model", default="smollm2-135m", help="model of the baselines (default smollm2-135m)")
-    # the shared options default to the stage's params (config.EvaluateParams), so a claim file is
+    # the shared options default to the stage's params (factrl.eval.params.EvaluateParams), so a claim file is
     # scored as `evaluate` scores the demo; a test compares them
     parser.add_argument("--per-hop", type=int, default=EvaluateParams.per_hop,
                         help=f"claims per hop, labels balanced (0 = all; default {EvaluateParams.per_hop})")
@@ -703,7 +703,7 @@ def cli_parser() -> argparse.ArgumentParser:
                         help=f"questions / searches per rollout (default {EvaluateParams.max_turns}: a 4-hop claim "
                              "takes 4, and one spare)")
     parser.add_argument("--batch-size", type=int, default=EvaluateParams.batch_size,
-                        help="claims per batched system call (see config.EvaluateParams)")
+                        help="claims per batched system call (see factrl.eval.params.EvaluateParams)")
     parser.add_argument("--device", default="auto", help="where the models run: auto (CUDA when visible, else CPU), "
                                                           "cpu, cuda or cuda:N")
     parser.add_argument("--n-boot", type=int, default=EvaluateParams.n_boot,
@@ -719,8 +719,8 @@ def main(argv: list[str] | None = None, *, llm_loader: Callable[[str], Any] | No
     """``factrl evaluate``: the evaluation on any claim file in the shared-data format."""
     args = cli_parser().parse_args(argv)
 
-    from factrl.data.sources import read_claims, read_passages
     from factrl.data.schemas import PASSAGES
+    from factrl.data.sources import read_claims, read_passages
     from factrl.io import write_parquet
     from factrl.retrieval.index import Retriever, build_index
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from factrl.config import TeacherParams
+    from factrl.recipes.teacher_params import TeacherParams
 
 BACKENDS = ("local", "inprocess", "server", "openai")  # inprocess: another name for local
 OPENAI_PREFIX = "openai:"
@@ -167,7 +167,7 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", device: str =
 
 
 def open_teacher(params: TeacherParams, concurrency: int = 16):
-    """The teacher of ``synthesize`` (a ``config.TeacherParams``) through ``open_llm``; backend
+    """The teacher of ``synthesize`` (a ``factrl.recipes.teacher_params.TeacherParams``) through ``open_llm``; backend
     ``world`` opens no model (``factrl.data.world_teacher.WorldTeacher`` names the teacher, its
     answers come from the gold chain)."""
     if params.backend == "world":

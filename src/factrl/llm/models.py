@@ -42,6 +42,16 @@ def gguf_path(name: str) -> Path:
     return path
 
 
+def embedded_weights_available(name: str = DEFAULT_POLICY) -> bool:
+    """Whether embedded model ``name`` can load here: its converted checkpoint holds weights, or the
+    package shipping its GGUF file is installed (a bare GPU machine carries the tokenizer and config
+    alone, bench/device_check.sh)."""
+    target = cache_dir() / "models" / name
+    if any(target.glob("*.safetensors")) or any(target.glob("*.bin")):
+        return True
+    return importlib.util.find_spec(EMBEDDED_MODELS[name][0]) is not None
+
+
 def resolve_model_path(spec: str) -> str:
     """Turn a model spec into something ``from_pretrained`` loads.
 

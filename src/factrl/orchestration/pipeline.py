@@ -12,13 +12,31 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from factrl.config import PARAMS_FILE, PipelineParams, load_section
+from factrl.config import PARAMS_FILE, load_section, params_section
 from factrl.eval.report import markdown_table
+
+
+@params_section("pipeline")
+@dataclass(frozen=True)
+class PipelineParams:
+    """The Prefect flow and deployment that run ``dvc repro``.
+
+    deployment_name: name of the served deployment.
+    cron: schedule of the deployment (standard 5-field cron; empty string = no schedule).
+    timezone: timezone of the cron schedule.
+    targets: stages to reproduce (empty = the whole pipeline).
+    """
+
+    deployment_name: str = "factrl-nightly"
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+    targets: tuple[str, ...] = ()
 
 
 def stage_order(repo_root: str | Path = ".") -> list[str]:
@@ -109,7 +127,7 @@ def main(params_file: str | None = None) -> None:
     from factrl.checkout import require_checkout
 
     require_checkout("factrl pipeline", "dvc.yaml")
-    params: PipelineParams = load_section("pipeline", params_file or PARAMS_FILE)
+    params: PipelineParams = load_section(PipelineParams, params_file or PARAMS_FILE)
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     print(pipeline(".", list(params.targets) or None))
 

@@ -25,12 +25,14 @@ import pyarrow as pa
 from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
-from factrl.config import AgentTrainParams, ReasonTrainParams, RoundParams, SearchTrainParams, chain_entry
-from factrl.rl.runs import select_prompts
+from factrl.model_names import RoundParams, chain_entry
+from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams
 from factrl.rewards import haris as haris_rewards
 from factrl.rewards import maporl as maporl_rewards
 from factrl.rewards.haris import QuestionRule, with_hop_credit
 from factrl.rewards.registry import RewardKind, choose_reward
+from factrl.rl.params import AgentTrainParams
+from factrl.rl.runs import select_prompts
 
 # the reward families train.reasoning.reward may name (haris_reasoning, maporl_reasoning)
 REASONING_FAMILIES = (haris_rewards.REWARDS, maporl_rewards.REWARDS)

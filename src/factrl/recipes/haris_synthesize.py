@@ -22,10 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from factrl.config import RoundParams, SynthesizeParams, TeacherParams
 from factrl.data import synthesis
 from factrl.io import write_json
 from factrl.llm.signatures import pseudo_qa_prompt_hash
+from factrl.model_names import RoundParams
+from factrl.recipes.haris_params import SynthesizeParams
+from factrl.recipes.teacher_params import TeacherParams
 
 RolloutFn = Callable[[list[dict]], list[list[str]]]  # claim records -> questions asked per claim
 

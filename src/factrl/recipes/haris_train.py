@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from factrl.config import ReasonTrainParams, SearchTrainParams, checkpoint_of
+from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
+from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
 from factrl.rl import runs
 from factrl.rl.runs import RunResult
-
 
 
 def make_judge(params: SearchTrainParams):
@@ -87,8 +87,8 @@ def run_train_search(round_id: int, params_file: str = "params.yaml", backend: s
     from factrl.data.schemas import QA_PAIRS, validate
     from factrl.retrieval.index import Retriever
 
-    rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
-    train = load_section("train", params_file)
+    rnd = haris_rounds.find_round(load_section(RoundsParams, params_file).rounds, int(round_id))
+    train = load_section(TrainParams, params_file)
     params: SearchTrainParams = train.search
     qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
     qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
@@ -111,8 +111,8 @@ def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: s
     from factrl.config import load_section
     from factrl.retrieval.index import Retriever
 
-    rnd = haris_rounds.find_round(load_section("rounds", params_file).rounds, int(round_id))
-    train = load_section("train", params_file)
+    rnd = haris_rounds.find_round(load_section(RoundsParams, params_file).rounds, int(round_id))
+    train = load_section(TrainParams, params_file)
     params: ReasonTrainParams = train.reasoning
     claims = haris_rounds.round_claims(rnd, params.max_prompts)  # keep the (label, hops) balance when only a few are used
     if (backend or train.backend) == "verl":

@@ -28,12 +28,15 @@ from pathlib import Path
 from factrl.agents import m2r
 from factrl.agents.haris import prompt_style
 from factrl.agents.loop import run_loops
-from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
-from factrl.config import ConfigError, M2RParams, M2RStageParams, WarmupParams, chain_entry
-from factrl.rl import runs
 from factrl.agents.protocol import extract_boxed
+from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
+from factrl.config import ConfigError
+from factrl.model_names import chain_entry
+from factrl.recipes.m2r_params import M2RParams, M2RStageParams
+from factrl.recipes.warmup_params import WarmupParams
 from factrl.rewards import m2r as m2r_rewards
 from factrl.rewards.registry import RewardKind, choose_reward
+from factrl.rl import runs
 from factrl.text import first_sentence, max_token_f1, normalize_answer
 
 AGENT = m2r.AGENT

@@ -1,7 +1,7 @@
 """MARCH's run (stage ``train_march@<seed>``): warm start, held-out evaluation, joint GRPO, evaluation again.
 
 One policy plays the three roles of :mod:`factrl.agents.march` on numeric RAG questions drawn from a
-demo world's numeric facts (``factrl.data.world.numeric_questions``: years, counts, prices)::
+demo world's numeric facts (``factrl.data.world_numeric.numeric_questions``: years, counts, prices)::
 
     base model --warm start on reference episodes (optional)--> pi_0 --evaluate on held-out questions
         --GRPO: solver + checker trajectories, reward by name (march_ztr / march_err)--> pi_T --evaluate
@@ -42,8 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from factrl.agents import march as agent
-from factrl.config import ConfigError, TrainMarchParams, WorldParams
-from factrl.data.world import numeric_questions
+from factrl.config import ConfigError
+from factrl.data.params import WorldParams
+from factrl.data.world_numeric import numeric_questions
+from factrl.recipes.march_params import TrainMarchParams
 from factrl.rewards import march as march_rewards
 from factrl.rewards.registry import RewardKind, RewardResult, choose_reward
 from factrl.rl import verl_backend
@@ -166,8 +168,8 @@ def warm_start(model, tokenizer, train_rows: Sequence[dict], p: TrainMarchParams
     """Fine-tune ``model`` in place on the reference episodes of ``train_rows`` (all three roles, one
     policy); resumes from ``state_dir``. Returns the summary (examples, steps, losses, wall time)."""
     from factrl.agents.rollout import RolloutParams
-    from factrl.rl.runs import fingerprint, prepare_state_dir
     from factrl.recipes.warmup import examples_digest, replay_examples
+    from factrl.rl.runs import fingerprint, prepare_state_dir
     from factrl.rl.sft import train_sft
 
     refs = reference_rows(train_rows, tokenizer.eos_token or "")

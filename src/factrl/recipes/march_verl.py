@@ -34,11 +34,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopO
 
 from factrl.agents import march as agent
 from factrl.agents.loop import CallTool, drive
-from factrl.config import TrainMarchParams
-from factrl.rl import verl_run
+from factrl.recipes.march_params import TrainMarchParams
 from factrl.rewards import march as march_rewards
 from factrl.rewards.registry import RewardKind, choose_reward
-from factrl.rl import verl_backend
+from factrl.rl import verl_backend, verl_run
 from factrl.rl.verl_agent import PASSTHROUGH, FactrlAgentLoop, VerlEngine, plain
 
 MARCH = "march"  # the agent loop's name and the rows' data_source

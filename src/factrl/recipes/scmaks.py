@@ -34,17 +34,18 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents import debate as debate_lib
-from factrl.config import ConfigError, DebateParams, FitConsensusParams, MemberParams
+from factrl.config import ConfigError
 from factrl.consensus import aggregator as agg_lib
 from factrl.consensus.features import HISTORY, FeatureSet, debate_features, feature_table
 from factrl.consensus.reward_model import RewardModel, auc, fit_reward_model, model_inputs
 from factrl.data.schemas import CONSENSUS_PREDICTIONS, DEBATE_TURNS, validate
 from factrl.data.splits import cv_splits
 from factrl.eval.stats import agreement_rate, paired_tests, run_metrics, summary
+from factrl.hardware import peak_rss_mib
 from factrl.llm.backends import BACKENDS, open_llm
 from factrl.llm.cache import CachedLLM, DiskCache
-from factrl.hardware import peak_rss_mib
 from factrl.llm.counting import CountingLLM
+from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams
 from factrl.rewards import maporl
 from factrl.rewards.registry import RewardKind, choose_reward
 

@@ -16,6 +16,8 @@ import yaml
 
 from factrl.agents.registry import AGENTS, by_stage
 from factrl.config import PARAMS_FILE, load_section, to_dict
+from factrl.model_names import RoundsParams
+from factrl.recipes.haris_params import TrainParams
 
 STAGES = {spec.train_stage: spec.name for spec in AGENTS.values()}  # train_reason -> reason
 
@@ -32,8 +34,8 @@ def dry_run(stage: str, round_id: int, backend: str, params_file: str) -> str:
     """What the stage would run (see the module docstring)."""
     from factrl.recipes.haris_rounds import find_round
 
-    rnd = find_round(load_section("rounds", params_file).rounds, round_id)
-    train = load_section("train", params_file)
+    rnd = find_round(load_section(RoundsParams, params_file).rounds, round_id)
+    train = load_section(TrainParams, params_file)
     spec = by_stage(stage)
     agent = spec.name
     if backend == "local":
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         stage, round_id = parse_stage(args.stage)
     except ValueError as exc:
         ap.error(str(exc))
-    backend = args.backend or load_section("train", args.params).backend
+    backend = args.backend or load_section(TrainParams, args.params).backend
     if args.dry_run:
         print(dry_run(stage, round_id, backend, args.params))
         return 0

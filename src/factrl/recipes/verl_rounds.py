@@ -30,10 +30,12 @@ from typing import Any
 
 from factrl.agents import haris
 from factrl.agents import registry as agent_registry
-from factrl.config import AgentTrainParams, RoundParams, TrainParams
+from factrl.model_names import RoundParams
 from factrl.recipes import haris_rounds
+from factrl.recipes.haris_params import TrainParams
 from factrl.recipes.haris_verl import REASONING, SEARCH
 from factrl.rl import verl_backend
+from factrl.rl.params import AgentTrainParams
 from factrl.rl.runs import RunResult, summary_line
 from factrl.rl.verl_run import Server, VerlPlan, main_ppo_env, run
 from factrl.servers import reachable_host

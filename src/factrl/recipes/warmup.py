@@ -31,15 +31,16 @@ from pathlib import Path
 import pyarrow as pa
 
 from factrl.agents import haris, m2r
+from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.agents.rollout import replay
 from factrl.agents.tools import RetrieverTool
-from factrl.config import SFTParams, WarmupParams
 from factrl.data import reference
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED
 from factrl.io import write_json
 from factrl.llm.tokens import encode_chat
-from factrl.agents.registry import AGENTS as AGENT_REGISTRY
-from factrl.config import checkpoint_of
+from factrl.model_names import checkpoint_of
+from factrl.recipes.warmup_params import WarmupParams
+from factrl.rl.params import SFTParams
 from factrl.rl.runs import fingerprint, prepare_state_dir, save_model
 from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
 

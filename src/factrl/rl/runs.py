@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
-from factrl.config import AgentTrainParams, GRPOParams
 from factrl.io import atomic_path
+from factrl.rl.params import AgentTrainParams, GRPOParams
 
 FINGERPRINT_FILE = "fingerprint.json"
 METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir

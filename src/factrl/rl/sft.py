@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from factrl.config import SFTParams
 from factrl.hardware import resolve_device, use_bf16
 from factrl.io import atomic_path
+from factrl.rl.params import SFTParams
 
 IGNORE_INDEX = -100  # the label of a token that gets no loss (the causal LMs' ignore_index)
 LOSS_FILE = "loss.csv"

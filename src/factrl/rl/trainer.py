@@ -42,7 +42,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from factrl.config import GRPOParams
 from factrl.hardware import autocast, module_bytes, use_bf16
 from factrl.io import atomic_path
 from factrl.rl.advantages import grpo_advantages, token_advantages, uniform_group_rate
@@ -54,6 +53,7 @@ from factrl.rl.losses import (
     logprobs_from_logits,
     policy_loss,
 )
+from factrl.rl.params import GRPOParams
 
 CHECKPOINT_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"

@@ -10,9 +10,9 @@ rollouts, FSDP actor). This module holds what does not depend on the method bein
 * :func:`write_tool_config` / :func:`write_agent_loop_config`: the YAML files verl loads its tools
   and agent loops from (``multi_turn.tool_config_path``, ``agent.agent_loop_config_path``).
 * :func:`check_grpo`: the GRPO settings verl cannot run, refused naming their params keys.
-* :func:`grpo_overrides`: a run's :class:`~factrl.config.GRPOParams` (an agent's
-  :class:`~factrl.config.AgentTrainParams`, or ``train_march``'s section) and the cluster's
-  :class:`~factrl.config.VerlParams` as Hydra overrides of verl's ``ppo_trainer`` config;
+* :func:`grpo_overrides`: a run's :class:`~factrl.rl.params.GRPOParams` (an agent's
+  :class:`~factrl.rl.params.AgentTrainParams`, or ``train_march``'s section) and the cluster's
+  :class:`~factrl.rl.params.VerlParams` as Hydra overrides of verl's ``ppo_trainer`` config;
   :func:`compose` composes them with verl's own config files (what ``main_ppo`` would run) and
   :func:`main_ppo_command` is the command line.
 * :func:`latest_checkpoint` / :func:`merge_checkpoint`: the newest ``global_step_N/actor`` (FSDP
@@ -38,8 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from factrl.config import GRPOParams, VerlParams
 from factrl.io import atomic_path
+from factrl.rl.params import GRPOParams, VerlParams
 
 MAIN_PPO = ("-m", "verl.trainer.main_ppo")
 LOG_FILE_ENV = "VERL_FILE_LOGGER_PATH"  # verl's "file" logger writes its jsonl here

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factrl.config import GRPOParams, VerlParams
 from factrl.rl import verl_backend
+from factrl.rl.params import GRPOParams, VerlParams
 from factrl.rl.runs import RunResult, fingerprint, model_digest, pass_on_unchanged, prepare_state_dir
 
 METRICS_GLOB = "verl_metrics_*.jsonl"

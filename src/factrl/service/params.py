@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from factrl.config import (PARAMS_FILE, CheckpointParams, ConfigError, Device, EvaluateParams, from_dict,
-                           read_params, resolve_model, to_dict)
+from factrl.config import PARAMS_FILE, ConfigError, Device, from_dict, read_params, to_dict
+from factrl.eval.params import CheckpointParams, EvaluateParams
 
 SECTION = "serve"
 

@@ -50,7 +50,7 @@ def labelled_texts(num_texts: int = 30, *, claims_per_text: tuple[int, int] = (2
     """``num_texts`` texts, each ``claims_per_text[0]..[1]`` demo-world claims (drawn without
     replacement from one world) and ``fillers_per_text`` filler sentences in a seeded order, joined
     by spaces. ``world``: a ``WorldParams`` (default: a small world of 2-4-hop claims)."""
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import generate_claims
 
     lo, hi = claims_per_text
