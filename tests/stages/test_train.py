@@ -249,7 +249,7 @@ def test_reward_functions_score_by_name():
 TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 
-def _tiny_run(out: Path, kill_after: int | None) -> RunResult:
+def _tiny_run(out: Path, kill_after: int | None, **params) -> RunResult:
     from factrl.recipes.haris_train import train_search
     from factrl.retrieval.index import Retriever
     from tests.rl.tiny import tiny_model, tokenizer
@@ -262,9 +262,27 @@ def _tiny_run(out: Path, kill_after: int | None) -> RunResult:
         if kill_after is not None and row["step"] == kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return train_search(qa_table(claims), "tiny-random", Retriever(index, mode="bm25"), SearchTrainParams(**TINY),
+    return train_search(qa_table(claims), "tiny-random", Retriever(index, mode="bm25"), SearchTrainParams(**(TINY | params)),
                         state_dir=out / "ck", out_model=out / "model", metrics_path=out / "metrics.csv",
                         model_tokenizer=(model, tok), on_step=on_step)
+
+
+def test_a_kept_final_checkpoint_lets_a_longer_run_continue(tmp_path):
+    """With ``keep_final_checkpoint`` a finished 2-step round keeps its step-2 checkpoint, and the
+    same round raised to 3 steps continues from it (one step more, the first two rows kept) and
+    ends on the weights of a straight 3-step run; without it the checkpoints go (the default)."""
+    from safetensors.torch import load_file
+
+    first = _tiny_run(tmp_path / "run" / "x", None, steps=2, keep_final_checkpoint=True)
+    assert not first.resumed and [r["step"] for r in first.rows] == [1, 2]
+    assert (tmp_path / "run" / "x" / "ck" / "checkpoints" / "step-000002").is_dir()
+    longer = _tiny_run(tmp_path / "run" / "x", None, steps=3, keep_final_checkpoint=True)
+    assert longer.resumed and [r["step"] for r in longer.rows] == [1, 2, 3]
+    straight = _tiny_run(tmp_path / "straight" / "x", None)
+    assert not (tmp_path / "straight" / "x" / "ck" / "checkpoints").exists()
+    a = load_file(tmp_path / "straight" / "x" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "run" / "x" / "model" / "model.safetensors")
+    assert all(a[k].equal(b[k]) for k in a)
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ def model_digest(model_dir: str | Path) -> str:
 # on a GPU resumes on a CPU, and raising ``steps`` continues a run from its newest checkpoint. The
 # latter holds because step k's prompts and samples depend only on (seed, k, draw) (trainer.sample_step)
 # and the lr schedule is warm-up then constant, not a function of the total (GRPOTrainer).
-NOT_FINGERPRINTED = ("device", "steps", "checkpoint_every", "keep_checkpoints")
+NOT_FINGERPRINTED = ("device", "steps", "checkpoint_every", "keep_checkpoints", "keep_final_checkpoint")
 
 
 def fingerprint(cfg: AgentTrainParams, init_model: str, items: Sequence[dict], extra: dict | None = None) -> str:
@@ -140,7 +140,8 @@ def run_agent_training(
 
     Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
     prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
-    the final policy to ``out_model``; then drops the checkpoints (the model is the result). The
+    the final policy to ``out_model``; then drops the checkpoints (the model is the result) unless
+    ``cfg.keep_final_checkpoint`` (a later, longer run continues from them). The
     policy, its engine, the trainer and the reference model run on ``cfg.device``; a given
     ``model_tokenizer`` pair is moved there.
     """
@@ -190,7 +191,8 @@ def run_agent_training(
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
                                        "final": rows[-1] if rows else {}, "hardware": hardware,
                                        "memory_bytes": memory})
-    shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
+    if not cfg.keep_final_checkpoint:
+        shutil.rmtree(state_dir / "checkpoints", ignore_errors=True)
     return RunResult(rows=rows, resumed=resumed)
 
 
