@@ -1,9 +1,16 @@
-"""Sentences with offsets, and the best-matching sentence of the retrieved passages."""
+"""Sentences with offsets, the best-matching sentence of the retrieved passages, and every citation of
+the service's answers on 50 demo claims checked against what each claim's searches retrieved."""
 
 from __future__ import annotations
 
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
 from factrl.retrieval.index import Hit
 from factrl.service.citations import cite, sentence_spans
+from tests.service.fakes import app_of, make_service, wait_done
 
 
 def test_sentence_spans_cover_the_text_exactly():
@@ -26,14 +33,6 @@ def test_cite_picks_the_best_sentence_of_the_hits_and_none_without_overlap():
 # --------------------------------------------------------------------------------------------
 # every citation of the service's answers on 50 demo claims: in the passage, and retrieved by that claim
 # --------------------------------------------------------------------------------------------
-
-import json  # noqa: E402
-
-import pyarrow.parquet as pq  # noqa: E402
-import pytest  # noqa: E402
-
-from tests.service.fakes import app_of, make_service, wait_done  # noqa: E402
-
 
 class QueryLog:
     """The test's own record of what the index returned for each query (ids in rank order), kept
