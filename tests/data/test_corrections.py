@@ -92,3 +92,58 @@ def test_prepare_stage_merges_corrections_into_train_only(tmp_path, monkeypatch)
     assert set(got["warm"].column("id").to_pylist()) == set(train)  # a clean world's warm start reads train
     summary = json.loads((tmp_path / "data" / "prepare_summary.json").read_text())
     assert summary["corrections"] == {"corrections": 3, "replaced": 1, "added": 1, "moved_from_eval": 1}
+
+
+def test_a_correction_of_a_known_claim_under_another_id_replaces_it(tmp_path):
+    """The service exports ids of its own (``correction-<n>``): a correction whose text is a claim of a
+    split corrects that claim (a held-out one leaves its split), it is not a second copy of it."""
+    splits = {"train": _claims("train", "t1"), "eval": _claims("eval", "e1", "e2")}
+    fixes = _write(tmp_path / "x.jsonl", {"id": "correction-7", "claim": "claim e2 ", "label": "REFUTES",
+                                          "source": "corrections", "explanation": "{}"},
+                   {"id": "correction-8", "claim": "claim t1", "label": "REFUTES", "source": "corrections"})
+    out, counts = merge_corrections(splits, [fixes])
+    assert counts == {"corrections": 2, "replaced": 1, "added": 0, "moved_from_eval": 1}
+    train = {r["id"]: r for r in out["train"].to_pylist()}
+    assert set(train) == {"t1", "e2"} and train["e2"]["label"] == train["t1"]["label"] == "REFUTES"
+    assert out["eval"].column("id").to_pylist() == ["e1"]
+
+
+def test_a_correction_saved_in_the_service_and_exported_lands_in_train_with_its_provenance(tmp_path, monkeypatch):
+    """The whole way: a reviewer's decision stored by the service (SQLite), exported as a claim file
+    under corrections/, listed in prepare.corrections, merged by the prepare stage into
+    data/claims/train.parquet with its provenance (reviewer, time, checkpoint / index / params hashes)."""
+    from factrl.service.corrections import Correction, CorrectionStore, export_claims
+    from stages import prepare
+
+    world = {"seed": 3, "num_passages": 120, "num_claims": 40, "hops": [2]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"source": "world", "world": world}}))
+    monkeypatch.chdir(tmp_path)
+    prepare.main("params.yaml", tmp_path / "plain")
+    held_out = pq.read_table(tmp_path / "plain" / "claims" / "eval.parquet").to_pylist()[0]
+    flipped = "REFUTES" if held_out["label"] == "SUPPORTS" else "SUPPORTS"
+
+    store = CorrectionStore(tmp_path / "corrections" / "corrections.sqlite")
+    store.add(Correction(reviewer="Ada Reviewer", claim=held_out["claim"], original_verdict=held_out["label"],
+                         corrected_verdict=flipped, checkpoint="HARIS (trained)", checkpoint_hash="aaaa+bbbb",
+                         index_hash="cccc", params_hash="dddd", passage_id="w-p1", quote="A quoted sentence.",
+                         note="the passage says otherwise"))
+    store.add(Correction(reviewer="Bo", claim="Ilse Parrow founded Orsa.", original_verdict=None,
+                         corrected_verdict="SUPPORTS", checkpoint="HARIS (trained)", checkpoint_hash="aaaa+bbbb",
+                         index_hash="cccc", params_hash="dddd"))
+    export_claims(store.all(), tmp_path / "corrections" / "reviewed.jsonl")
+    store.close()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {
+        "source": "world", "world": world, "corrections": ["corrections/reviewed.jsonl"]}}))
+    prepare.main("params.yaml", tmp_path / "data")
+
+    train = {r["claim"]: r for r in pq.read_table(tmp_path / "data" / "claims" / "train.parquet").to_pylist()}
+    fixed = train[held_out["claim"]]
+    assert fixed["id"] == held_out["id"] and fixed["label"] == flipped and fixed["source"] == "corrections"
+    assert fixed["evidence_ids"] == ["w-p1"] and fixed["evidence"] == ["A quoted sentence."]
+    provenance = json.loads(fixed["explanation"])
+    assert provenance["reviewer"] == "Ada Reviewer" and provenance["created_utc"]
+    assert (provenance["checkpoint_hash"], provenance["index_hash"], provenance["params_hash"]) == ("aaaa+bbbb", "cccc", "dddd")
+    assert provenance["original_verdict"] == held_out["label"] and provenance["note"] == "the passage says otherwise"
+    assert json.loads(train["Ilse Parrow founded Orsa."]["explanation"])["reviewer"] == "Bo"
+    # the reviewed held-out claim is trained on now, so it is no longer scored
+    assert held_out["id"] not in pq.read_table(tmp_path / "data" / "claims" / "eval.parquet").column("id").to_pylist()

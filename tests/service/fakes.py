@@ -58,7 +58,7 @@ def make_service(tmp_path: Path, verifiers: dict | None = None, *, token: str | 
     serve = ServeParams(**({"corrections_db": str(tmp_path / "corrections.sqlite")} | params))
     store = JobStore(serve.max_jobs)
     worker = BatchWorker(verifiers, store, batch_size=serve.batch_size, max_wait_s=serve.max_wait_ms / 1000,
-                         calibrations=calibrations).start()
+                         max_gather_s=serve.max_gather_ms / 1000, calibrations=calibrations).start()
     return Service(serve, worker, store, CorrectionStore(serve.corrections_db),
                    {name: PROVENANCE for name in verifiers}, token)
 

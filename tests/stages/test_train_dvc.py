@@ -157,3 +157,32 @@ def test_a_new_round_reaches_evaluate_and_debate_with_no_dvc_yaml_edit(committed
     assert resolve_model("last", "reason", where="evaluate.checkpoints[2].reason", params_file=params) == str(
         Path(f"models/reason_{new}"))
     assert (committed_repo / "dvc.yaml").read_text() == dvc_yaml
+
+
+def test_editing_the_corrections_list_or_a_correction_file_reruns_prepare_and_what_follows(committed_repo):
+    """Reviewers' corrections reach training through prepare: listing a correction file in
+    prepare.corrections, or changing one under corrections/ (prepare's DVC dependency), makes
+    `dvc status` list prepare; every stage that reads the claims (index, curriculum, the warm start,
+    each round's training, evaluate) is downstream of it and so reruns after it."""
+    fixes = committed_repo / "corrections" / "reviewed.jsonl"
+    fixes.write_text('{"id": "review-1", "claim": "Orsa was founded by Ilse.", "label": "SUPPORTS", '
+                     '"source": "corrections"}\n')
+    with Repo(str(committed_repo)) as dvc:
+        status = dvc.status()
+    assert set(status) == {"prepare"} and "corrections" in str(status["prepare"])  # the file alone: a dep change
+    edit_params(committed_repo, {"prepare": {"corrections": ["corrections/reviewed.jsonl"]}})
+    with Repo(str(committed_repo)) as dvc:
+        status = dvc.status()
+    assert set(status) == {"prepare"} and "prepare" in str(status["prepare"])  # the params list changed too
+    assert _dry(committed_repo) == ["prepare"]
+    later = _downstream(committed_repo, ["prepare"])
+    ids = [r.id for r in load_section("rounds", committed_repo / "params.yaml").rounds]
+    assert {"index", "curriculum", "warmup", "evaluate"} | {f"train_reason@{i}" for i in ids} <= later
+
+    with Repo(str(committed_repo)) as dvc:  # recorded as run: a reviewer's later edit of the file reruns it
+        dvc.commit("prepare", force=True)
+        assert dvc.status(["prepare"]) == {}
+    fixes.write_text(fixes.read_text().replace('"SUPPORTS"', '"REFUTES"'))
+    with Repo(str(committed_repo)) as dvc:
+        status = dvc.status()
+    assert set(status) == {"prepare"} and "corrections" in str(status["prepare"])

@@ -10,7 +10,10 @@ on its splits:
 * one whose id is a ``dev`` or ``eval`` claim (a reviewer corrected a held-out claim) moves to
   ``train`` and the claim leaves its split: a claim trained on is never scored, so the held-out
   sets can shrink but never leak;
-* any other id is added to ``train``.
+* any other id is added to ``train``, unless its claim text (stripped) is a claim of a split: then
+  it is a correction of that claim and takes that claim's id (the service exports ids of its own,
+  ``correction-<n>``, because a reviewer checks a claim's text, not a dataset row; without this a
+  reviewed held-out claim would be trained on while still scored).
 
 Files apply in order (a later file's correction of the same id wins). A file that repeats an id
 is an error naming the file, the row and the field.
@@ -52,10 +55,19 @@ def merge_corrections(splits: Mapping[str, pa.Table], files: Sequence[str | Path
     ``replaced`` (train claims replaced), ``added`` (new ids), ``moved_from_<split>``."""
     if TRAIN not in splits:
         raise ValueError(f"no {TRAIN!r} split to merge corrections into (splits: {sorted(splits)})")
+    by_text: dict[str, str] = {}  # a claim's text -> its id, to recognise a correction under an id of its own
+    for table in splits.values():
+        for ident, claim in zip(table.column("id").to_pylist(), table.column("claim").to_pylist()):
+            by_text.setdefault(claim.strip(), ident)
+    known_ids = {i for table in splits.values() for i in table.column("id").to_pylist()}
     latest: dict[str, dict] = {}
     for path in files:
         for rec in read_corrections(path).to_pylist():
-            latest[rec["id"]] = rec | {"split": TRAIN}
+            ident = rec["id"]
+            if ident not in known_ids and rec["claim"].strip() in by_text:
+                ident = by_text[rec["claim"].strip()]
+            latest.pop(ident, None)  # re-inserted: a later correction of a claim comes later
+            latest[ident] = rec | {"id": ident, "split": TRAIN}
     out = {name: table for name, table in splits.items()}
     counts = {"corrections": len(latest), "replaced": 0, "added": 0}
     if not latest:

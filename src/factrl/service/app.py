@@ -156,7 +156,7 @@ def create_app(service: Service) -> FastAPI:
         """The models behind each checkpoint, whether each is calibrated, and the limits in force."""
         return service.info | {"limits": {k: getattr(params, k) for k in (
             "max_claim_chars", "max_text_chars", "max_claims_per_job", "max_body_bytes", "batch_size",
-            "max_wait_ms")}, "provenance": service.provenance}
+            "max_wait_ms", "max_gather_ms")}, "provenance": service.provenance}
 
     # the bodies are read by hand (size-limited before parsing); their schemas are declared for /docs
     verify_body = {"requestBody": {"required": True, "content": {
@@ -346,7 +346,7 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
     calibrations = {c.name: Calibration.load(params.calibration_dir, c.name) for c in checkpoints}
     store = JobStore(params.max_jobs)
     worker = BatchWorker(verifiers, store, batch_size=params.batch_size, max_wait_s=params.max_wait_ms / 1000,
-                         calibrations=calibrations).start()
+                         max_gather_s=params.max_gather_ms / 1000, calibrations=calibrations).start()
     info = {"models": {c.name: {"reason": c.reason, "search": c.search} for c in checkpoints},
             "calibrated": {name: cal.calibrated for name, cal in calibrations.items()}}
     return Service(params, worker, store, CorrectionStore(params.corrections_db), provenance, token, info)

@@ -41,7 +41,9 @@ class ServeParams:
         to (``openai:gpt-4o-mini``, ``openai:MODEL@URL``) or its bare model name. Local models cost 0;
         an endpoint missing here gets a null cost (unknown), never a guess.
     batch_size: claims run through HARIS in one batched call; the worker closes a batch at this size.
-    max_wait_ms: how long the first claim of a batch waits for others to join.
+    max_wait_ms: how long a gathering batch waits for the next claim to join (the gap: each claim that
+        joins restarts it, so a burst of requests arriving one by one still makes one batch).
+    max_gather_ms: the longest a batch gathers after its first claim (at least ``max_wait_ms``).
     max_claim_chars / max_text_chars: the longest claim and text a request may send (413 beyond).
     max_claims_per_job: the most claims one job may hold (a text's claims or a batch file's lines).
     max_body_bytes: the largest request body (413 beyond).
@@ -65,7 +67,8 @@ class ServeParams:
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
     batch_size: int = 16
-    max_wait_ms: float = 50.0
+    max_wait_ms: float = 200.0
+    max_gather_ms: float = 2000.0
     max_claim_chars: int = 1000
     max_text_chars: int = 20000
     max_claims_per_job: int = 500
@@ -80,6 +83,9 @@ class ServeParams:
                      "max_claims_per_job", "max_body_bytes", "max_jobs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0 or self.max_gather_ms < 0:
+            raise ConfigError(f"serve.max_wait_ms and serve.max_gather_ms must be >= 0, got "
+                              f"{self.max_wait_ms} and {self.max_gather_ms}")
         if not self.checkpoints:
             raise ConfigError("serve.checkpoints: empty; list at least one {name, reason, search}")
         names = [c.name for c in self.checkpoints]
