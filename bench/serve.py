@@ -163,7 +163,8 @@ def workspace_setup(workspace: Path, round_: int, tmp: Path, args) -> tuple[Path
     limits; (its path, a record of what is served)."""
     import yaml
 
-    from factrl.config import EvaluateParams, from_dict, read_params
+    from factrl.config import from_dict, read_params
+    from factrl.eval.params import EvaluateParams
     from factrl.service.params import index_hash, model_hash
 
     reason, search, index = (workspace / "models" / f"reason_{round_}", workspace / "models" / f"search_{round_}",

@@ -52,7 +52,7 @@ class QueryLog:
 @pytest.fixture(scope="module")
 def world50(tmp_path_factory):
     """(50 two-hop claims as dicts, the index directory, {passage id: text}) of a 300-passage demo world."""
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
 

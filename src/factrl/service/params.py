@@ -2,7 +2,7 @@
 provenance hashes a reviewer's correction is stored with.
 
 Checkpoints are named as in ``evaluate.checkpoints``: symbolic names (``base``, ``warm``, ``last``,
-``r<id>``) resolved by :func:`factrl.config.resolve_model`, model directories, embedded names, or
+``r<id>``) resolved by :func:`factrl.model_names.resolve_model`, model directories, embedded names, or
 OpenAI-compatible endpoints (``openai:MODEL@URL``). The generation limits default to the ``evaluate``
 section's, so the service answers a claim the way the evaluation scored it.
 """
@@ -113,7 +113,7 @@ class ResolvedCheckpoint:
 
 
 def resolve_checkpoints(params: ServeParams, params_file: str | Path = PARAMS_FILE) -> list[ResolvedCheckpoint]:
-    """Every checkpoint of ``params`` resolved (:func:`factrl.config.resolve_model`); a local model
+    """Every checkpoint of ``params`` resolved (:func:`factrl.model_names.resolve_model`); a local model
     directory that does not exist is a FileNotFoundError naming the params key."""
     from factrl.eval.runner import resolve_checkpoint_pair
 
