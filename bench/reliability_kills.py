@@ -1,0 +1,83 @@
+"""Kills at every stage -> the ``kills`` key of bench/results/reliability.json (issue 41).
+
+On a copy of this repository with the tiny profile applied (tests/pipeline_repo.py), for every DVC
+stage in dependency order: an uninterrupted ``dvc repro -s STAGE`` (the reference: its lines are the
+stage's progress, its outputs' sha256 the expected result), then per kill point (one drawn in the first
+third of its progress, one in the last; tests/stage_kills.py says how) a run SIGKILLed there and a
+rerun to the end, whose outputs are hashed and compared with the reference's. The next stage runs on
+the reference outputs (restored when a trial's differ), so one stage's difference does not spread.
+
+Then a Prefect flow run (``python -m flows.pipeline``, targets up to ``curriculum``) killed mid-stage
+at two points: ``dvc.lock`` must list each stage with outputs matching their recorded hashes, or not
+list it (``dvc status``: no stage of the lock has changed or deleted outputs).
+
+Usage: nice -n 15 python bench/reliability_kills.py [--stages prepare,index] [--seed 0] [--no-flow]
+Writes the ``kills`` key into bench/results/reliability.json, leaving the other keys as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _measured import Measurement  # noqa: E402
+from tests import stage_kills as sk  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "reliability.json"
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stages", default="", help="comma-separated stage names (default: every stage)")
+    ap.add_argument("--trials", default="", help="comma-separated stages to kill (default: every stage run); the "
+                    "others run once, as the reference the next stages read")
+    ap.add_argument("--seed", type=int, default=0, help="draws the kill points")
+    ap.add_argument("--no-flow", dest="flow", action="store_false")
+    ap.add_argument("--work", type=Path, default=None, help="keep the repo and logs here")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    measured = Measurement()
+    rng = random.Random(args.seed)
+    work = args.work or Path(tempfile.mkdtemp(prefix="factrl-kills-"))
+    work.mkdir(parents=True, exist_ok=True)
+    repo = sk.tiny_repo(ROOT, work / "repo")
+    stages = args.stages.split(",") if args.stages else sk.stages_of(repo)
+    flow = {}
+    if args.flow:  # first: short, and on repositories of its own
+        for name, (stage, after_s) in {"flow_early": ("prepare", 3.0), "flow_late": ("index", 60.0)}.items():
+            flow_repo = sk.tiny_repo(ROOT, work / f"flow-{name}")
+            flow[name] = sk.kill_flow(flow_repo, stage, after_s, work / name)
+            print(name, json.dumps(flow[name]), flush=True)
+    per_stage = {}
+    t0 = time.monotonic()
+    to_kill = set(args.trials.split(",")) if args.trials else set(stages)
+    for stage in stages:
+        per_stage[stage] = sk.kill_stage(repo, stage, rng, work, trials=stage in to_kill)
+        sk.dump({"stages": per_stage, "flow": flow}, work / "kills.json")
+    trials = [k for s in per_stage.values() for k in s["kills"].values() if isinstance(k, dict)]
+    kills = {"profile": "tiny", "seed": args.seed, "stages": per_stage,
+             "trials": len(trials), "identical": sum(t["identical"] for t in trials),
+             "equal": sum(t["equal"] for t in trials),
+             "resumed": sum(t["resumed"] for t in trials),
+             "flow_kills": flow, "flow_half_recorded": sum(len(f["half_recorded"]) for f in flow.values()),
+             "seconds": round(time.monotonic() - t0, 1), "commit": measured.git["commit"],
+             "measured": measured.record()}
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result["kills"] = kills
+    from factrl.io import write_json
+
+    write_json(result, args.out)
+    print(json.dumps({k: v for k, v in kills.items() if k != "stages"}, indent=1))
+    return kills
+
+
+if __name__ == "__main__":
+    main()
