@@ -11,8 +11,11 @@ Then a Prefect flow run (``python -m flows.pipeline``, targets up to ``curriculu
 at two points: ``dvc.lock`` must list each stage with outputs matching their recorded hashes, or not
 list it (``dvc status``: no stage of the lock has changed or deleted outputs).
 
-Usage: nice -n 15 python bench/reliability_kills.py [--stages prepare,index] [--seed 0] [--no-flow]
-Writes the ``kills`` key into bench/results/reliability.json, leaving the other keys as they are.
+``--disk-only``: prepare on a full disk instead (tests/disk_full.py) -> the ``disk`` key.
+
+Usage: nice -n 15 python bench/reliability_kills.py [--stages prepare,index] [--trials ...] [--seed 0] [--no-flow]
+       nice -n 15 python bench/reliability_kills.py --disk-only
+Writes its key into bench/results/reliability.json, leaving the other keys as they are.
 """
 
 from __future__ import annotations
@@ -34,6 +37,23 @@ from tests import stage_kills as sk  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "reliability.json"
 
 
+def disk(work: Path, out: Path, measured: Measurement) -> dict:
+    """tests/disk_full.py's trial -> the ``disk`` key."""
+    from factrl.io import write_json
+    from tests.disk_full import disk_full_trial, run_prepare
+
+    reference = sk.tiny_repo(ROOT, work / "disk-reference")
+    if run_prepare(reference).returncode != 0:
+        raise RuntimeError("prepare failed with space")
+    got = disk_full_trial(sk.tiny_repo(ROOT, work / "disk-repo"), reference)
+    got["commit"] = measured.git["commit"]
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result["disk"] = got
+    write_json(result, out)
+    print(json.dumps(got, indent=1))
+    return got
+
+
 def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stages", default="", help="comma-separated stage names (default: every stage)")
@@ -41,6 +61,7 @@ def main() -> dict:
                     "others run once, as the reference the next stages read")
     ap.add_argument("--seed", type=int, default=0, help="draws the kill points")
     ap.add_argument("--no-flow", dest="flow", action="store_false")
+    ap.add_argument("--disk-only", action="store_true", help="only the full-disk trial (the ``disk`` key)")
     ap.add_argument("--work", type=Path, default=None, help="keep the repo and logs here")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -48,6 +69,8 @@ def main() -> dict:
     rng = random.Random(args.seed)
     work = args.work or Path(tempfile.mkdtemp(prefix="factrl-kills-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.disk_only:
+        return disk(work, args.out, measured)
     repo = sk.tiny_repo(ROOT, work / "repo")
     stages = args.stages.split(",") if args.stages else sk.stages_of(repo)
     flow = {}
