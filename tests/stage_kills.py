@@ -250,11 +250,13 @@ def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path 
 
 
 def stages_of(repo: Path) -> list[str]:
-    """The pipeline's stages in dependency order."""
-    sys.path.insert(0, str(repo / "src"))
-    from factrl.orchestration.pipeline import stage_order
+    """The pipeline's stage names (``synthesize@1``...) in dependency order, upstream first."""
+    import networkx as nx
+    from dvc.repo import Repo
 
-    return stage_order(repo)
+    with Repo(str(repo)) as dvc:
+        order = reversed(list(nx.topological_sort(dvc.index.graph)))  # edges point to dependencies
+        return [stage.name for stage in order if stage.cmd]
 
 
 def dump(obj, path: Path) -> None:
@@ -329,13 +331,13 @@ def lock_consistent(repo: Path) -> dict:
 
 
 def kill_flow(repo: Path, stage: str, after_s: float, work: Path) -> dict:
-    """``python -m flows.pipeline`` (targets: curriculum, so prepare, index, curriculum) SIGKILLed
+    """``python -m flows.pipeline`` (targets: index, curriculum, so prepare too) SIGKILLed
     ``after_s`` seconds after it starts ``stage`` (DVC's "Running stage" line, or Prefect's task run)."""
     env = {**stage_env(repo, work / "flow-cache"), "PREFECT_HOME": str(work / "prefect")}
     log = work / "flow.log"
     work.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-c", "from flows.pipeline import pipeline; "
-                             "print(pipeline('.', ['curriculum']))"], cwd=repo, env=env,
+                             "print(pipeline('.', ['index', 'curriculum']))"], cwd=repo, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=True)
     started = re.compile(rf"Running stage '{re.escape(stage)}'|[Tt]ask run '{re.escape(stage)}")
