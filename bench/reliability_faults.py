@@ -54,22 +54,21 @@ MODEL = "fault-model"  # not a local model: the client runs chats only (no token
 VERDICT_REPLY = "<think>The passages settle it.</think>\n<verification>\\boxed{Support}</verification>"
 
 
-def short_client_timeouts() -> None:
-    """Every OpenAICompatLLM made from here on: timeout 2 s, backoff base 0.05 s (see the docstring)."""
-    from factrl.llm import openai_compat
-
-    cls = openai_compat.OpenAICompatLLM
-    if getattr(cls, "_bench_short", False):
-        return
-    init = cls.__init__
-
+def shortened(init):
+    """``OpenAICompatLLM.__init__`` with timeout at most 2 s and backoff base 0.05 s (see the docstring)."""
     def short(self, *args, **kwargs):
         kwargs["timeout"] = min(kwargs.get("timeout", 2.0), 2.0)
         kwargs["backoff_base"] = 0.05
         init(self, *args, **kwargs)
 
-    cls.__init__ = short
-    cls._bench_short = True
+    return short
+
+
+def short_client_timeouts() -> None:
+    """Every OpenAICompatLLM made from here on gets :func:`shortened` settings."""
+    from factrl.llm.openai_compat import OpenAICompatLLM
+
+    OpenAICompatLLM.__init__ = shortened(OpenAICompatLLM.__init__)
 
 
 def fault_server():
