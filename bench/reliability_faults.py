@@ -289,12 +289,12 @@ def main() -> dict:
                 done[name] = {"error": f"{type(exc).__name__}: {exc}"[:600],
                               "where": [f"{f.filename.split('/src/')[-1]}:{f.lineno} {f.name}" for f in where]}
             done[name]["seconds"] = round(time.monotonic() - t0, 1)
+            done[name]["commit"] = measured.git["commit"]
         print(name, json.dumps(done[name]), flush=True)
         result = json.loads(args.out.read_text()) if args.out.exists() else {}
         result.setdefault("faults", {}).update(done)
         lost = [v.get("records_lost", 0) for v in result["faults"].values() if isinstance(v, dict)]
         result["records_lost"] = sum(x for x in lost if isinstance(x, int))
-        result["faults_per_stage_commit"] = measured.git["commit"]
         write_json(result, args.out)
     return done
 
