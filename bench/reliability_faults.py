@@ -171,7 +171,7 @@ def evaluate_openai(root: Path, n: int) -> dict:
     preds = got[0].predictions
     claims = len({p["claim_id"] for p in preds})
     answered = sum(p["verdict"] is not None for p in preds)
-    failed = collections.Counter("no verdict parsed" for p in preds if p["verdict"] is None)
+    failed = collections.Counter(f"{p['system']}: no verdict parsed" for p in preds if p["verdict"] is None)
     return counts(server, first, claims * len(systems), answered, dict(failed), rerun,
                   rerun_note="evaluate keeps no LLM cache: a rerun asks every claim again" if rerun else "")
 
