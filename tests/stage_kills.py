@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -257,11 +257,6 @@ def stages_of(repo: Path) -> list[str]:
     with Repo(str(repo)) as dvc:
         order = reversed(list(nx.topological_sort(dvc.index.graph)))  # edges point to dependencies
         return [stage.name for stage in order if stage.cmd]
-
-
-def dump(obj, path: Path) -> None:
-    path.write_text(json.dumps(obj, indent=1, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__")
-                               else str(o)) + "\n")
 
 
 def tiny_repo(root: Path, dest: Path) -> Path:
