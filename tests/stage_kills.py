@@ -48,6 +48,7 @@ _DVC_LINE = re.compile(r"^(WARNING: '.*' is empty\.|\s*$)")
 # What a stage prints when it picks up a killed run's work (index chunks, synthesis batches, trainer
 # checkpoints, debate phases).
 _RESUME_LINE = re.compile(r"resum", re.IGNORECASE)
+_RESUMED_KEY = re.compile(r"resumed|resumed_from|batches_resumed|\w+_resumed")
 
 
 @dataclass
@@ -175,16 +176,17 @@ def kill_points(reference: Run, rng: random.Random) -> dict[str, dict]:
 
 
 def resumed_in_outputs(repo: Path, outs: list[str]) -> bool:
-    """Whether a JSON output says the run resumed (``resumed: true``, ``batches_resumed > 0``...)."""
+    """Whether a JSON output says the run resumed (``resumed: true``, ``batches_resumed > 0``,
+    ``resumed_from: <step>``). Only those keys count (a tokenizer's vocabulary has a ``resumed`` entry)."""
 
     def found(obj) -> bool:
         if isinstance(obj, dict):
-            return any(("resumed" in str(k) and v and not isinstance(v, (dict, list))) or found(v)
+            return any((_RESUMED_KEY.fullmatch(str(k)) and v and not isinstance(v, (dict, list))) or found(v)
                        for k, v in obj.items())
         return isinstance(obj, list) and any(found(v) for v in obj)
 
     files = [p for rel in outs for p in ([repo / rel] if (repo / rel).is_file() else (repo / rel).rglob("*.json"))
-             if p.suffix == ".json" and p.is_file()]
+             if p.suffix == ".json" and p.is_file() and not p.name.startswith(("tokenizer", "vocab"))]
     return any(found(json.loads(p.read_text())) for p in files)
 
 
