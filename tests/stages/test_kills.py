@@ -36,10 +36,11 @@ def test_every_stage_killed_early_and_late_reruns_to_the_same_outputs(repo_root,
 
 
 @pytest.mark.slow  # a Prefect API starts for each flow run
-@pytest.mark.parametrize(("stage", "after_s"), [("prepare", 3.0), ("index", 60.0)])
+@pytest.mark.parametrize(("stage", "after_s"), [("prepare", 0.5), ("index", 5.0)])
 def test_killed_flow_run_leaves_no_stage_half_recorded_in_dvc_lock(repo_root, tmp_path, stage, after_s):
+    """Where the kill lands depends on the machine's speed (the killed stage may have finished and
+    been recorded): whatever dvc.lock lists must match the outputs on disk."""
     repo = sk.tiny_repo(repo_root, tmp_path / "repo")
     got = sk.kill_flow(repo, stage, after_s, tmp_path / "work")
-    assert got["killed"] and got["stage_started"], got
+    assert got["killed"] and got["stage_started"], got  # killed while the flow ran
     assert got["half_recorded"] == {}, got
-    assert stage not in got["stages_in_lock"]
