@@ -223,6 +223,7 @@ def trial(repo: Path, stage: str, outs: list[str], point: dict, cache: Path, log
 
 # Keys of a JSON output that hold a duration or a clock reading: they differ between any two runs.
 _TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp)$", re.IGNORECASE)
+# JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings)
 
 
 def without_timings(obj):
@@ -234,18 +235,28 @@ def without_timings(obj):
     return obj
 
 
+def timing_free(path: Path):
+    """A JSON or CSV output less its timing keys / columns (:func:`without_timings`)."""
+    if path.suffix == ".json":
+        return without_timings(json.loads(path.read_text()))
+    import csv
+
+    with path.open(newline="") as f:
+        return [without_timings(row) for row in csv.DictReader(f)]
+
+
 def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path | None = None,
             repo: Path | None = None) -> dict:
     """Which files differ from the reference. ``identical``: none; ``equal``: the only differences are
-    timing keys of JSON files (the documented seeded-equal case; compared when ``reference_dir`` holds
+    timing keys of JSON files or timing columns of CSV files (the documented seeded-equal case; compared when ``reference_dir`` holds
     a copy of the reference outputs)."""
     differ = sorted(k for k in reference.keys() | got.keys() if reference.get(k) != got.get(k))
     timing_only = []
     if reference_dir is not None and repo is not None:
         for rel in differ:
             a, b = reference_dir / rel, repo / rel
-            if rel.endswith(".json") and a.is_file() and b.is_file():
-                if without_timings(json.loads(a.read_text())) == without_timings(json.loads(b.read_text())):
+            if a.is_file() and b.is_file() and rel.endswith((".json", ".csv")):
+                if timing_free(a) == timing_free(b):
                     timing_only.append(rel)
     return {"identical": not differ, "equal": len(differ) == len(timing_only), "files": len(reference),
             "differ": differ, "differ_in_timings_only": timing_only}
