@@ -8,13 +8,16 @@ plan names one of :data:`FAULTS` or ``None`` for a proper answer. A ``proxy`` ap
 instead of ``reply``: proper answers are then forwarded to it (a real ``factrl serve-llm`` app).
 
 It records what a test needs to prove nothing was lost, duplicated or leaked: ``attempts`` per
-content, ``requests`` in all, ``faults`` by kind, and every ``Authorization`` header seen.
+content, ``requests`` in all, ``faults`` by kind, and every ``Authorization`` header seen; per whole
+request body (``body_key``: the same conversation and sampling, whatever else shares its last
+message) the requests and the faults, whose difference :meth:`FaultyOpenAI.duplicated` counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import json
 from collections.abc import Callable
 
@@ -77,7 +80,14 @@ class FaultyOpenAI:
         self.faults: collections.Counter[str] = collections.Counter()
         self.requests = 0
         self.auth: set[str | None] = set()
+        self.body_requests: collections.Counter[str] = collections.Counter()
+        self.body_faults: collections.Counter[str] = collections.Counter()
         self.app = self._build()
+
+    def duplicated(self) -> int:
+        """Requests beyond one answered request per distinct body (a faulty answer is retried: not a
+        duplicate): a record sent again after it was answered."""
+        return sum(max(0, n - 1 - self.body_faults[k]) for k, n in self.body_requests.items())
 
     def _build(self) -> FastAPI:
         app = FastAPI()
@@ -90,9 +100,12 @@ class FaultyOpenAI:
             content = body["messages"][-1]["content"]
             self.attempts[content] += 1
             self.requests += 1
+            key = body_key(body)
+            self.body_requests[key] += 1
             fault = self.plan(content, self.attempts[content])
             if fault is not None:
                 self.faults[fault] += 1
+                self.body_faults[key] += 1
                 if fault == "timeout":
                     await asyncio.sleep(self.timeout_sleep)
                 else:
@@ -110,6 +123,20 @@ class FaultyOpenAI:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=self.proxy), base_url="http://inner") as client:
             resp = await client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
         return Response(resp.content, resp.status_code, media_type="application/json")
+
+
+def body_key(body: dict) -> str:
+    """A request body's identity: its conversation and sampling fields."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def first_attempt_fails_by_hash(kinds: list[str | None]) -> Plan:
+    """A plan for requests with no item number in them: the first attempt of a content fails by
+    ``kinds[sha256(content) % len(kinds)]``; every later attempt is answered."""
+    def plan(content: str, attempt: int) -> str | None:
+        return kinds[int(hashlib.sha256(content.encode()).hexdigest()[:8], 16) % len(kinds)] if attempt == 1 else None
+
+    return plan
 
 
 def first_attempt_fails(kinds: list[str | None], item_of: Callable[[str], int]) -> Plan:

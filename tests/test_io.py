@@ -17,3 +17,26 @@ def test_atomic_write_replaces_whole_file_with_umask_permissions(tmp_path):
         tmp.write_text("half")
         raise RuntimeError("killed mid-write")
     assert target.read_text().startswith("{") and list(tmp_path.iterdir()) == [target]
+
+
+def test_a_write_with_no_room_names_the_output_and_leaves_no_file(tmp_path):
+    """RLIMIT_FSIZE makes the write fail as a full disk would (EFBIG): OutputWriteError naming the
+    output, the old file untouched, no temporary file left."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "out.parquet"
+    target.write_bytes(b"old")
+    code = (
+        "import resource, pyarrow as pa\n"
+        "from factrl.io import OutputWriteError, write_parquet\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "table = pa.table({'x': [str(i) * 50 for i in range(5000)]})\n"
+        "try:\n"
+        f"    write_parquet(table, {str(target)!r})\n"
+        "except OutputWriteError as exc:\n"
+        "    print('ERROR', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert f"cannot write {target}: no space left" in done.stdout, done.stdout + done.stderr
+    assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]

@@ -1,12 +1,15 @@
 """File I/O shared by every stage: atomic writes and validated Parquet/JSON reads and writes.
 
 Nothing a stage writes is ever half-written: each writer goes to a temporary file in the same
-directory and renames it into place, so a killed run leaves either the old file or the new one.
+directory and renames it into place, so a killed run leaves either the old file or the new one. A
+write that fails for want of space (a full disk, a quota, a file-size limit) raises
+:class:`OutputWriteError` naming the output, and its temporary file is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -23,6 +26,20 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+# errno values of "no room": a full disk, a quota, a file over RLIMIT_FSIZE
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+class OutputWriteError(OSError):
+    """Writing an output failed; the message names the output and says why (e.g. the disk is full)."""
+
+
+def _no_space(exc: OSError) -> bool:
+    # pyarrow's writers raise OSError without errno set; their message carries the C error text
+    text = str(exc)
+    return exc.errno in _NO_SPACE or any(os.strerror(e) in text for e in _NO_SPACE)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -32,7 +49,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
+        try:
+            yield tmp_path
+        except OSError as exc:
+            if not _no_space(exc):
+                raise
+            raise OutputWriteError(exc.errno or errno.ENOSPC,
+                                   f"cannot write {path}: no space left for it ({exc}); nothing was written "
+                                   f"there (the old file, if any, is untouched); free space on the disk "
+                                   f"holding {path.parent} and rerun") from exc
         if tmp_path.is_file():
             # mkstemp makes the file owner-only; give the result the permissions any new file gets
             tmp_path.chmod(0o666 & ~_UMASK)

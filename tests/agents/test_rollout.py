@@ -199,3 +199,17 @@ def test_real_smollm2_rollout_mask(request, device, demo_retriever, tokenizer):
         assert len(t.response_logprobs) == len(t.response_ids)
         assert all(lp <= 0 for lp, m in zip(t.response_logprobs, t.loss_mask) if m)
         assert all(lp == 0 for lp, m in zip(t.response_logprobs, t.loss_mask) if not m)
+
+
+def test_an_endpoint_without_a_tokenizer_runs_its_turns_as_chats():
+    """An API model factrl has no tokenizer for (``openai:gpt-4o-mini``): its client's encode_chat
+    raises TokensUnsupported, so a rollout's turn runs as a chat instead of crashing (found by
+    bench/reliability_faults.py: HARIS on such an endpoint died before its first request)."""
+    from factrl.agents.debate import prompt_tokens
+    from factrl.agents.rollout import chat_prompt_ids
+    from factrl.llm.openai_compat import OpenAICompatLLM
+
+    llm = OpenAICompatLLM("gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="k")
+    conversation = [{"role": "user", "content": "Is the sky green?"}]
+    assert chat_prompt_ids(llm, conversation) is None
+    assert prompt_tokens(llm, conversation) > 0

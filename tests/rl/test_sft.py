@@ -140,3 +140,22 @@ def test_warm_start_on_smollm2_lowers_the_loss_and_keeps_the_prompt_style(tmp_pa
     assert loss_after < 0.7 * loss_before, (loss_before, loss_after)
     assert prompt_style(LocalLLM(str(tmp_path / "reason_0"))) == "short"  # every later stage prompts it short
     assert not (tmp_path / "state" / "trainer").exists()  # checkpoints dropped once the model is saved
+
+
+def test_a_checkpoint_cut_short_by_a_kill_is_skipped_and_removed(tmp_path):
+    """A kill while the Trainer writes checkpoint-2 leaves it without trainer_state.json (written
+    last): resuming must take checkpoint-1, and checkpoint-2 goes (else the rerun fails on the
+    missing file: found by killing the warmup stage late)."""
+    import json
+
+    from factrl.rl.sft import last_complete_checkpoint
+
+    done, cut, garbled = tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"
+    for d in (done, cut, garbled):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"w")
+    (done / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    (garbled / "trainer_state.json").write_text('{"global_st')
+    assert last_complete_checkpoint(tmp_path) == str(done)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+    assert last_complete_checkpoint(tmp_path / "missing") is None

@@ -36,7 +36,7 @@ from factrl.agents.protocol import REFUTES, SUPPORTS, escape_tags, parse_reasoni
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import RetrieverTool
 from factrl.io import write_json
-from factrl.llm.base import Message, SamplingParams
+from factrl.llm.base import Message, SamplingParams, TokensUnsupported
 from factrl.text import first_sentence
 
 if TYPE_CHECKING:
@@ -285,7 +285,10 @@ def prompt_tokens(llm, messages: list[Message]) -> int:
     """Prompt length in the model's tokens; about four characters a token where no tokenizer is known."""
     encode = getattr(llm, "encode_chat", None)
     if encode is not None:
-        return len(encode(messages))
+        try:
+            return len(encode(messages))
+        except TokensUnsupported:  # an API model with no local tokenizer: estimate as below
+            pass
     return sum(len(m["content"]) for m in messages) // 4 + 4 * len(messages)
 
 

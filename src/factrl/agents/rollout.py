@@ -323,11 +323,14 @@ def _chat_loop(llm, conversation: Sequence[Message], tools: dict[str, Tool], par
 
 def chat_prompt_ids(llm, conversation: Sequence[Message], tokenizer=None) -> list[int] | None:
     """``conversation``'s token ids for a token-level rollout: the backend's ``encode_chat`` where it
-    has one, else ``tokenizer``'s chat template (verl's server takes ids but renders no chat); None
+    has one (and can: a chat-only endpoint's raises TokensUnsupported), else ``tokenizer``'s chat template (verl's server takes ids but renders no chat); None
     when neither exists, so :func:`agent_loop` runs the turn as a chat."""
     encode = getattr(llm, "encode_chat", None)
     if encode is not None:
-        return encode(conversation)
+        try:
+            return encode(conversation)
+        except TokensUnsupported:  # an API model with no local tokenizer (openai:gpt-4o-mini): chats only
+            pass
     return encode_chat(tokenizer, conversation) if tokenizer is not None else None
 
 

@@ -23,6 +23,8 @@ generation.
 from __future__ import annotations
 
 import csv
+import json
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -179,6 +181,26 @@ def _args(cfg: SFTParams, out_dir: Path, *, seed: int, bf16: bool, cpu: bool):
     )
 
 
+def last_complete_checkpoint(out_dir: Path) -> str | None:
+    """The newest ``checkpoint-<step>`` in ``out_dir`` the Trainer finished writing, else None.
+
+    The Trainer writes ``trainer_state.json`` last (after weights, optimizer, scheduler and RNG
+    state), so a checkpoint whose state file is missing or does not parse was cut short by a kill;
+    such newer ones are removed (resuming from one fails on the missing file, found by
+    bench/reliability_kills.py killing ``warmup`` mid-save)."""
+    if not out_dir.is_dir():
+        return None
+    steps = sorted((p for p in out_dir.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit()),
+                   key=lambda p: int(p.name.rsplit("-", 1)[-1]), reverse=True)
+    for path in steps:
+        try:
+            json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+            return str(path)
+        except (OSError, ValueError):
+            shutil.rmtree(path)
+    return None
+
+
 def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_dir: str | Path, *,
               seed: int = 0, precision: str = "auto", callbacks: Sequence = ()) -> SFTResult:
     """Fine-tune ``model`` in place on ``examples`` (:func:`sft_example` dicts); checkpoints go to
@@ -187,8 +209,6 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr). ``callbacks``
     are transformers ``TrainerCallback`` objects (progress logs, tests).
     """
-    from transformers.trainer_utils import get_last_checkpoint
-
     if not examples:
         raise ValueError("no examples to fine-tune on")
     if any(all(x == IGNORE_INDEX for x in e["labels"]) for e in examples):
@@ -198,7 +218,7 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     device = next(model.parameters()).device if any(True for _ in model.parameters()) else resolve_device()
     bf16 = use_bf16(precision, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    last = get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+    last = last_complete_checkpoint(out_dir)
     args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
     trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
                                    data_collator=lambda f: collate(f, pad_id), callbacks=list(callbacks))
