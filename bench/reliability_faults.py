@@ -82,7 +82,7 @@ def world(root: Path, claims: int):
     """The tiny profile's world, its BM25 index and the first ``claims`` claims (balanced)."""
     import pyarrow.parquet as pq
 
-    from factrl.config import WorldParams
+    from factrl.data.params import WorldParams
     from factrl.data.splits import balanced_subset
     from factrl.data.world import write_world
     from factrl.retrieval.index import build_index
@@ -112,7 +112,8 @@ def warmup_teacher(root: Path, n: int) -> dict:
     import dataclasses
 
     from factrl.agents.tools import RetrieverTool
-    from factrl.config import TeacherParams, WarmupParams
+    from factrl.recipes.teacher_params import TeacherParams
+    from factrl.recipes.warmup_params import WarmupParams
     from factrl.llm.backends import open_teacher
     from factrl.recipes.warmup import teacher_references_resumable
     from factrl.retrieval.index import Retriever
@@ -179,7 +180,7 @@ def evaluate_openai(root: Path, n: int) -> dict:
 def serve_openai(root: Path, n: int) -> dict:
     import httpx
 
-    from factrl.config import CheckpointParams
+    from factrl.eval.params import CheckpointParams
     from factrl.service.app import build_service, create_app
     from factrl.service.params import ServeParams
     from tests.servers import running_app
@@ -226,7 +227,7 @@ def serve_openai(root: Path, n: int) -> dict:
 def debate_server_members(root: Path, n: int) -> dict:
     import dataclasses
 
-    from factrl.config import DebateParams, MemberParams
+    from factrl.recipes.scmaks_params import DebateParams, MemberParams
     from factrl.llm.cache import DiskCache
     from factrl.retrieval.index import Retriever
     from stages.debate import debate
