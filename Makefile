@@ -27,7 +27,7 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-gpu test-gpu-bare bench clean
+.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-soak test-gpu test-gpu-bare bench clean
 
 # What the pipeline runs on (`make demo`): CPU torch, factrl and its pinned dependencies, the GGUF.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
@@ -93,6 +93,11 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+
+# Every stage of the tiny profile SIGKILLed early and late, then rerun (an hour or more on 2 cores);
+# bench/reliability_kills.py records the same trials in bench/results/reliability.json.
+test-soak: setup
+	$(BIN)/python -m pytest -m soak
 
 # On a machine with a CUDA device: the GRPO step, rollout and index tests on the GPU, and a short
 # paper-profile pipeline run with every model stage on `device: cuda` (they skip without CUDA).

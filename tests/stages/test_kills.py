@@ -27,7 +27,7 @@ def test_prepare_killed_early_reruns_to_the_same_outputs(repo_root, tmp_path):
     assert record["kills"]["early"]["identical"]  # prepare's outputs hold no timing: byte-identical
 
 
-@pytest.mark.slow  # every stage of the tiny profile, four runs each: an hour or more on 2 cores
+@pytest.mark.soak  # every stage of the tiny profile, four runs each: an hour or more on 2 cores
 def test_every_stage_killed_early_and_late_reruns_to_the_same_outputs(repo_root, tmp_path):
     repo = sk.tiny_repo(repo_root, tmp_path / "repo")
     rng = random.Random(0)
