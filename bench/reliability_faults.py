@@ -174,7 +174,7 @@ def evaluate_openai(root: Path, n: int) -> dict:
     answered = sum(p["verdict"] is not None for p in preds)
     failed = collections.Counter(f"{p['system']}: no verdict parsed" for p in preds if p["verdict"] is None)
     return counts(server, first, claims * len(systems), answered, dict(failed), rerun,
-                  rerun_note="evaluate keeps no LLM cache: a rerun asks every claim again" if rerun else "")
+                  rerun_note="the rerun asked again: the LLM cache missed" if rerun else "")
 
 
 def serve_openai(root: Path, n: int) -> dict:
@@ -220,8 +220,7 @@ def serve_openai(root: Path, n: int) -> dict:
     failed = collections.Counter(str(r.get("error") or "no verdict parsed")[:80] for r in results
                                  if r.get("verdict") is None)
     return counts(server, first, len(claims), answered, dict(failed), rerun, rerun_results=len(again),
-                  rerun_note="the service keeps no LLM cache: the same claims sent again are asked again"
-                  if rerun else "")
+                  rerun_note="the same claims sent again were asked again: the LLM cache missed" if rerun else "")
 
 
 def debate_server_members(root: Path, n: int) -> dict:

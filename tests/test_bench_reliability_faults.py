@@ -29,10 +29,11 @@ def assert_nothing_lost(got: dict) -> None:
     assert sum(got["faults_injected"].values()) > 0, got  # the faults really hit this stage
 
 
-def test_serve_with_an_openai_checkpoint_loses_no_claim(tmp_path):
+def test_serve_with_an_openai_checkpoint_loses_no_claim_and_pays_once(tmp_path):
     got = rf.serve_openai(tmp_path, 8)
     assert_nothing_lost(got)
     assert got["answered"] == got["records"]  # the fault server always ends with a well-formed verdict
+    assert got["rerun_requests"] == 0 and got["rerun_results"] == got["records"], got  # the LLM cache answers
 
 
 @pytest.mark.slow  # builds a world and its index, HARIS rollouts over HTTP
@@ -50,5 +51,7 @@ def test_debate_with_openai_members_loses_nothing_and_its_rerun_pays_nothing(tmp
 
 
 @pytest.mark.slow
-def test_evaluate_openai_loses_nothing(tmp_path):
-    assert_nothing_lost(rf.evaluate_openai(tmp_path, 8))
+def test_evaluate_openai_loses_nothing_and_its_rerun_pays_nothing(tmp_path):
+    got = rf.evaluate_openai(tmp_path, 8)
+    assert_nothing_lost(got)
+    assert got["rerun_requests"] == 0, got  # greedy calls to an endpoint go through the LLM cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import tempfile
@@ -85,3 +86,25 @@ def write_text(text: str, path: str | Path) -> None:
     """Write ``text`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """Content hash of a Hugging Face model directory (weights and configs), or the name itself
+    for an embedded/hub model."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        return str(model_dir)
+    h = hashlib.sha256()
+    for f in sorted(p for p in d.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(f.relative_to(d).as_posix().encode())
+        h.update(file_digest(f).encode())
+    return h.hexdigest()

@@ -103,3 +103,18 @@ def test_wal_switch_retries_while_the_file_is_locked():
     assert conn.statements.count("PRAGMA journal_mode=WAL") == 3 and conn.failures == 0
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
         _use_wal(Conn(failures=1, message="disk I/O error"))
+
+
+def test_endpoint_cache_name_follows_a_model_directory_s_content_and_the_url(tmp_path):
+    """A served checkpoint directory is keyed by its content (training rewrites it in place: its old
+    answers must not serve the new weights) and an endpoint's model by its URL as well."""
+    from factrl.llm.cache import endpoint_cache_name
+
+    model = tmp_path / "reason_1"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"step 5")
+    before = endpoint_cache_name(str(model), "http://127.0.0.1:8000/v1")
+    (model / "model.safetensors").write_bytes(b"step 10")
+    assert endpoint_cache_name(str(model), "http://127.0.0.1:8000/v1") != before
+    assert endpoint_cache_name("gpt-4o-mini") == "gpt-4o-mini"
+    assert endpoint_cache_name("gpt-4o-mini", "http://a/v1") != endpoint_cache_name("gpt-4o-mini", "http://b/v1")

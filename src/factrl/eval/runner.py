@@ -600,10 +600,12 @@ def passages_index(passages: str | Path, root: str | Path) -> Path:
 def load_llm(spec: str, device="auto", precision: str = "auto"):
     """The LLM of an LLM spec: a local engine for a model directory or an embedded name (on
     ``device``, with ``precision`` weights), or an OpenAI-compatible endpoint (``openai:MODEL@URL``; see
-    ``factrl.llm.backends``)."""
+    ``factrl.llm.backends``) behind the on-disk LLM cache: evaluation decodes greedily, so a rerun of
+    an evaluation against a paid API is answered from the cache and pays nothing."""
     from factrl.llm.backends import load_llm as load
+    from factrl.llm.cache import DiskCache
 
-    return load(spec, device=device, precision=precision)
+    return load(spec, device=device, precision=precision, disk_cache=DiskCache())
 
 
 # --------------------------------------------------------------------------------------------

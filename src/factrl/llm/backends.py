@@ -111,11 +111,13 @@ def served_tokenizer(model: str):
 
 
 def load_llm(spec: str, *, precision: str = "auto", device: str = "auto", concurrency: int = 64,
-             api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0):
+             api_key_env: str = "OPENAI_API_KEY", timeout: float = 300.0, disk_cache=None):
     """The LLM an LLM spec names: a :class:`~factrl.llm.local.LocalLLM` (``precision`` and ``device``
     apply to it), or an
     :class:`~factrl.llm.openai_compat.OpenAICompatLLM` (token-level when the served model's tokenizer
-    loads, see :func:`served_tokenizer`)."""
+    loads, see :func:`served_tokenizer`). With ``disk_cache`` (a :class:`~factrl.llm.cache.DiskCache`)
+    an endpoint's reproducible calls go through it, so a rerun pays for none of them again; a local
+    model costs nothing per call and is never cached."""
     parsed = parse_spec(spec)
     if parsed.backend == "local":
         from factrl.llm.local import LocalLLM
@@ -125,8 +127,13 @@ def load_llm(spec: str, *, precision: str = "auto", device: str = "auto", concur
 
     tokenizer = served_tokenizer(parsed.model) if parsed.base_url else None
     log.info("LLM %s: %s", spec, "token-level (/v1/completions)" if tokenizer is not None else "chat only")
-    return OpenAICompatLLM(parsed.model, base_url=parsed.base_url or None, api_key_env=api_key_env,
-                           concurrency=concurrency, timeout=timeout, tokenizer=tokenizer)
+    llm = OpenAICompatLLM(parsed.model, base_url=parsed.base_url or None, api_key_env=api_key_env,
+                          concurrency=concurrency, timeout=timeout, tokenizer=tokenizer)
+    if disk_cache is None:
+        return llm
+    from factrl.llm.cache import CachedLLM, endpoint_cache_name
+
+    return CachedLLM(llm, disk_cache, key_name=endpoint_cache_name(parsed.model, parsed.base_url))
 
 
 @contextlib.contextmanager

@@ -20,9 +20,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from factrl.io import model_digest
 from factrl.llm.base import Completion, Message, SamplingParams, call_each
 from factrl.llm.counting import expose_tokens
 from factrl.llm.models import cache_dir
+
+
+def endpoint_cache_name(model: str, base_url: str = "") -> str:
+    """The name a model's calls are cached under: a model directory by its content as well (training
+    rewrites it in place, so its name alone would serve an older model's answers), an endpoint's
+    model with its URL (two servers may serve different models under one name)."""
+    name = model if not Path(model).is_dir() else f"{model}@{model_digest(model)[:16]}"
+    return f"{name}@{base_url}" if base_url else name
 
 
 def cacheable(params: SamplingParams) -> bool:

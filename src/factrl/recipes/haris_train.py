@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from factrl.io import model_digest
 from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
@@ -73,7 +74,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
         return runs.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
             state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
-            extra_fingerprint={"search_model": runs.model_digest(search_model)},
+            extra_fingerprint={"search_model": model_digest(search_model)},
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 

@@ -43,7 +43,7 @@ from factrl.data.splits import cv_splits
 from factrl.eval.stats import agreement_rate, paired_tests, run_metrics, summary
 from factrl.hardware import peak_rss_mib
 from factrl.llm.backends import BACKENDS, open_llm
-from factrl.llm.cache import CachedLLM, DiskCache
+from factrl.llm.cache import CachedLLM, DiskCache, endpoint_cache_name
 from factrl.llm.counting import CountingLLM
 from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams
 from factrl.rewards import maporl
@@ -169,10 +169,7 @@ Loader = Callable[[str, MemberParams], Any]  # (model, member spec) -> a context
 def cache_name(model: str, spec: MemberParams) -> str:
     """The name a model's calls are cached under: a model directory by its content (training
     rewrites it in place), an endpoint's model by its URL."""
-    from factrl.rl.runs import model_digest
-
-    name = model if not Path(model).is_dir() else f"{model}@{model_digest(model)[:16]}"
-    return f"{name}@{spec.base_url}" if spec.base_url else name
+    return endpoint_cache_name(model, spec.base_url)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
-from factrl.io import atomic_path
+from factrl.io import atomic_path, model_digest
 from factrl.rl.params import AgentTrainParams, GRPOParams
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -51,27 +51,6 @@ def train_device(agent: str, cfg: AgentTrainParams):
 def grpo_params(p: AgentTrainParams) -> GRPOParams:
     """The :class:`GRPOParams` part of an agent's train params (what the trainer validates and saves)."""
     return GRPOParams(**{f.name: getattr(p, f.name) for f in dataclasses.fields(GRPOParams)})
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def model_digest(model_dir: str | Path) -> str:
-    """Content hash of a Hugging Face model directory (weights and configs), or the name itself
-    for an embedded/hub model."""
-    d = Path(model_dir)
-    if not d.is_dir():
-        return str(model_dir)
-    h = hashlib.sha256()
-    for f in sorted(p for p in d.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        h.update(f.relative_to(d).as_posix().encode())
-        h.update(file_digest(f).encode())
-    return h.hexdigest()
 
 
 # Settings that change how long a run is or where it computes, not what its steps compute: a run killed

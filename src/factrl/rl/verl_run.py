@@ -26,7 +26,8 @@ from typing import Any
 
 from factrl.rl import verl_backend
 from factrl.rl.params import GRPOParams, VerlParams
-from factrl.rl.runs import RunResult, fingerprint, model_digest, pass_on_unchanged, prepare_state_dir
+from factrl.io import model_digest
+from factrl.rl.runs import RunResult, fingerprint, pass_on_unchanged, prepare_state_dir
 
 METRICS_GLOB = "verl_metrics_*.jsonl"
 

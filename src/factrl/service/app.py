@@ -335,8 +335,12 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
                 log.warning("serve: no price for %s in serve.prices: its cost is reported as null", model)
     device = resolve_device(params.device, key="serve.device")
     if load_llm is None:
+        from factrl.llm.cache import DiskCache
+
+        disk_cache = DiskCache()  # an endpoint's answers: a claim asked again (or a rerun job) pays nothing
+
         def load_llm(spec: str):
-            return open_llm(spec, device=device, precision=params.precision)
+            return open_llm(spec, device=device, precision=params.precision, disk_cache=disk_cache)
     retriever = Retriever(params.index, mode=params.retrieval_mode)
     verifiers = load_verifiers(checkpoints, retriever, load_llm=load_llm, top_k=params.top_k,
                                max_turns=params.max_turns, max_new_tokens=params.max_new_tokens, prices=params.prices)
