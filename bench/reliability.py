@@ -8,6 +8,16 @@ each key promises and what is not measured yet).
   many or too long queries and a ``topk`` out of range -> 422), clients that disconnect mid-request
   (half a body sent; a full request whose answer is never read), a second concurrent wave that must
   still batch, and the process still alive and healthy at the end.
+- ``load.llm``: a real ``factrl serve-llm`` process (``--llm-model``, default SmolLM2-135M) under
+  the same ``--clients``, ``--llm-requests`` greedy chat requests each (8 tokens): errors, p50 / p99,
+  requests/s and the batches the server ran; the limits (413 / 422); clients that hang up (those
+  still queued are dropped before generating: ``dropped_before_generation``); a second wave that
+  still batches; alive after.
+- ``load.service``: ``factrl serve``'s app (``create_app``: limits, jobs, the batching worker, result
+  streams) in its own uvicorn process over a fake verifier (``tests/service/fakes.py``,
+  ``--service-delay`` s per batched call), so what is measured is the server, not HARIS: a request is
+  a whole check (``POST /v1/verify``, then its ``results.jsonl`` read to the end); the limits; clients
+  that hang up mid-body, before the answer, or on an open result stream; a second wave; alive after.
 - ``faults``: ``OpenAICompatLLM`` behind the disk cache against the fault-injecting server of
   tests/fault_llm.py (every fault kind on the first attempt of its share of ``--fault-records``):
   answered, lost, duplicated (a record sent again after it was answered), and the rerun's requests
@@ -74,24 +84,31 @@ def build_world(root: Path) -> tuple[Path, list[str]]:
     return root / "index", [h["question"] for c in claims for h in (c["hops"] or [])] or [c["claim"] for c in claims]
 
 
-async def wave(url: str, queries: list[str], clients: int, per_client: int) -> dict:
-    """``clients`` concurrent clients, ``per_client`` sequential one-query requests each."""
+async def retrieve_one(http, queries: list[str], i: int) -> str | None:
+    """One one-query ``/retrieve`` request (query ``i``): None when answered with 3 passages, else
+    what went wrong."""
+    answer = await http.post("/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 3})
+    return None if answer.status_code == 200 and len(answer.json()["result"][0]) == 3 else f"HTTP {answer.status_code}"
+
+
+async def wave(url: str, queries: list[str], clients: int, per_client: int, request=retrieve_one,
+               timeout: float = 60) -> dict:
+    """``clients`` concurrent clients (one connection each), ``per_client`` sequential requests each;
+    ``request(http, queries, i)`` sends the ``i``-th and returns None when it was answered right."""
     import httpx
 
     latencies: list[float] = []
     errors: collections.Counter[str] = collections.Counter()
 
     async def client(c: int) -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=timeout) as http:
             for r in range(per_client):
-                q = queries[(c * per_client + r) % len(queries)]
                 t0 = time.perf_counter()
                 try:
-                    answer = await http.post("/retrieve", json={"queries": [q], "topk": 3})
-                    ok = answer.status_code == 200 and len(answer.json()["result"][0]) == 3
-                    if not ok:
-                        errors[f"HTTP {answer.status_code}"] += 1
-                except httpx.HTTPError as exc:
+                    wrong = await request(http, queries, c * per_client + r)
+                    if wrong:
+                        errors[wrong] += 1
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
                     errors[type(exc).__name__] += 1
                 latencies.append(time.perf_counter() - t0)
 
@@ -125,11 +142,11 @@ def limits_cases(url: str) -> dict:
     return out
 
 
-def disconnects(host: str, port: int, n: int = 16) -> dict:
+def disconnects(host: str, port: int, n: int = 16, path: str = "/retrieve", payload: dict | None = None) -> dict:
     """``n`` clients that send half a body and hang up, and ``n`` that send a full request and hang
     up before reading the answer."""
-    body = json.dumps({"queries": ["who founded the studio"], "topk": 3}).encode()
-    head = (f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    body = json.dumps(payload or {"queries": ["who founded the studio"], "topk": 3}).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     for i in range(2 * n):
         with socket.create_connection((host, port), timeout=10) as s:
@@ -165,6 +182,138 @@ def load(args, measured_root: Path) -> dict:
             "disconnects": dropped, "after_disconnects": second,
             "still_batching": second["batched_searches"] < second["requests"],
             "server_alive_after": alive}
+
+
+def statuses(url: str, cases: dict[str, tuple[int, str, dict]]) -> dict:
+    """``{name: (expected status, path, httpx.post kwargs)}`` sent once each: expected and actual."""
+    import httpx
+
+    out = {}
+    for name, (expected, path, kwargs) in cases.items():
+        got = httpx.post(f"{url}{path}", headers={"content-type": "application/json"}, timeout=120, **kwargs)
+        out[name] = {"expected": expected, "status": got.status_code}
+    return out
+
+
+def load_llm(args, root: Path) -> dict:
+    """A real ``factrl serve-llm`` process (``--llm-model``, greedy, ``max_tokens`` 8) under
+    ``--clients`` concurrent chat clients, its limits, clients that hang up, a second wave."""
+    import httpx
+
+    from factrl.llm.serve import RequestLimits
+    from factrl.servers import free_port, spawn
+
+    host, port = "127.0.0.1", free_port()
+    url = f"http://{host}:{port}"
+    cmd = [sys.executable, "-m", "factrl.cli", "serve-llm", "--model", args.llm_model, "--served-model-name", "m",
+           "--host", host, "--port", str(port)]
+    prompts = [f"Is claim {i} about the studio true? Answer yes or no." for i in range(256)]
+
+    async def chat(http, prompts: list[str], i: int) -> str | None:
+        answer = await http.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": prompts[i % len(prompts)]}], "max_tokens": 8,
+            "temperature": 0})
+        ok = answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
+        return None if ok else f"HTTP {answer.status_code}"
+
+    limits = RequestLimits()
+    message = [{"role": "user", "content": "hi"}]
+    cases = {
+        "body_over_max_body_bytes": (413, "/v1/chat/completions", {"content": json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": "x" * (limits.max_body_bytes + 10)}]}).encode()}),
+        "n_over_max_n": (422, "/v1/chat/completions", {"json": {"model": "m", "messages": message,
+                                                                 "n": limits.max_n + 1}}),
+        "max_tokens_over_limit": (422, "/v1/chat/completions", {"json": {"model": "m", "messages": message,
+                                                                          "max_tokens": limits.max_tokens + 1}}),
+        "message_not_a_string": (422, "/v1/chat/completions", {"json": {"model": "m", "messages": [
+            {"role": "user", "content": 5}]}}),
+        "too_many_token_prompts": (422, "/v1/completions", {"json": {"model": "m", "prompt": [[1]] * (limits.max_n + 1)}}),
+    }
+    with spawn(cmd, f"{url}/health", timeout=300, log_path=root / "serve-llm.log") as proc:
+        asyncio.run(wave(url, prompts, 4, 1, chat, timeout=600))  # warm-up
+        before = httpx.get(f"{url}/health").json()
+        first = asyncio.run(wave(url, prompts, args.clients, args.llm_requests, chat, timeout=600))
+        mid = httpx.get(f"{url}/health").json()
+        first["batches"] = mid["batches"] - before["batches"]
+        over = statuses(url, cases)
+        dropped = disconnects(host, port, path="/v1/chat/completions",
+                              payload={"model": "m", "messages": message, "max_tokens": 8})
+        second = asyncio.run(wave(url, prompts, args.clients, 1, chat, timeout=600))
+        after = httpx.get(f"{url}/health")
+        second["batches"] = after.json()["batches"] - mid["batches"]
+        alive = proc.poll() is None and after.status_code == 200
+    return {"server": f"factrl serve-llm --model {args.llm_model} (own process; chat, max_tokens 8, greedy)",
+            "wave": first, "limits": over, "limits_ok": all(c["status"] == c["expected"] for c in over.values()),
+            "disconnects": dropped | {"dropped_before_generation": after.json()["dropped"] - mid["dropped"]},
+            "after_disconnects": second, "still_batching": second["batches"] < second["requests"],
+            "server_alive_after": alive}
+
+
+def load_service(args, root: Path) -> dict:
+    """``factrl serve``'s app (real uvicorn process, limits, jobs, batching worker, result streams)
+    over a fake verifier (``--service-delay`` s per batched call): what is measured is the server.
+    A request is a whole check: ``POST /v1/verify`` then ``GET /v1/jobs/{id}/results.jsonl`` to its end."""
+    import httpx
+
+    from factrl.service.params import ServeParams
+    from factrl.servers import free_port, spawn
+
+    host, port = "127.0.0.1", free_port()
+    url = f"http://{host}:{port}"
+    cmd = [sys.executable, "-m", "tests.service.fakes", "--port", str(port), "--dir", str(root),
+           "--delay", str(args.service_delay)]
+    claims = [f"Claim {i}: Orsa was founded by Ilse Parrow, which is true." for i in range(256)]
+
+    async def check(http, claims: list[str], i: int) -> str | None:
+        job = await http.post("/v1/verify", json={"claim": claims[i % len(claims)]})
+        if job.status_code != 200:
+            return f"HTTP {job.status_code}"
+        lines = (await http.get(f"/v1/jobs/{job.json()['job_id']}/results.jsonl")).text.splitlines()
+        return None if len(lines) == 1 and json.loads(lines[0])["verdict"] == "SUPPORTS" else "wrong result"
+
+    params = ServeParams()
+    cases = {
+        "body_over_max_body_bytes": (413, "/v1/verify/batch", {"content": b'{"claim": "x"}\n' * (
+            params.max_body_bytes // 14 + 1)}),
+        "claim_over_max_claim_chars": (413, "/v1/verify", {"json": {"claim": "x" * (params.max_claim_chars + 1)}}),
+        "text_over_max_text_chars": (413, "/v1/verify", {"json": {"text": "A b. " * (params.max_text_chars // 5 + 1)}}),
+        "claims_over_max_claims_per_job": (413, "/v1/verify/batch", {"content": "\n".join(
+            json.dumps({"id": str(i), "claim": f"c {i}"}) for i in range(params.max_claims_per_job + 1)).encode()}),
+        "empty_claim": (422, "/v1/verify", {"json": {"claim": "  "}}),
+        "bad_batch_line": (422, "/v1/verify/batch", {"content": b'{"id": "a", "claim": 5}\n'}),
+        "not_json": (422, "/v1/verify", {"content": b"\x80not json"}),
+    }
+    with spawn(cmd, f"{url}/healthz", timeout=120, log_path=root / "serve.log",
+               env={"PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}) as proc:
+        asyncio.run(wave(url, claims, 4, 1, check))  # warm-up
+        before = httpx.get(f"{url}/healthz").json()
+        first = asyncio.run(wave(url, claims, args.clients, args.service_requests, check))
+        mid = httpx.get(f"{url}/healthz").json()
+        first["batches"] = mid["batches"] - before["batches"]
+        over = statuses(url, cases)
+        dropped = disconnects(host, port, path="/v1/verify", payload={"claim": "Orsa is true."})
+        streams_dropped = drop_result_streams(url, host, port)
+        second = asyncio.run(wave(url, claims, args.clients, max(2, args.service_requests // 4), check))
+        after = httpx.get(f"{url}/healthz")
+        second["batches"] = after.json()["batches"] - mid["batches"]
+        alive = proc.poll() is None and after.status_code == 200
+    return {"server": f"factrl serve's app (create_app: limits, jobs, batching worker) over a fake verifier, "
+                      f"{args.service_delay} s per batched call (own process): the server, not HARIS",
+            "wave": first, "limits": over, "limits_ok": all(c["status"] == c["expected"] for c in over.values()),
+            "disconnects": dropped | {"result_streams_dropped": streams_dropped}, "after_disconnects": second,
+            "still_batching": second["batches"] < second["requests"], "server_alive_after": alive,
+            "jobs_queued_after": after.json()["queued"]}
+
+
+def drop_result_streams(url: str, host: str, port: int, n: int = 16) -> int:
+    """``n`` clients that start a job, open its ``results.jsonl`` stream and hang up unread."""
+    import httpx
+
+    for i in range(n):
+        job = httpx.post(f"{url}/v1/verify", json={"claim": f"stream {i} is true"}, timeout=60).json()["job_id"]
+        with socket.create_connection((host, port), timeout=10) as s:
+            s.sendall(f"GET /v1/jobs/{job}/results.jsonl HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    return n
 
 
 def faults(records: int, tmp: Path) -> dict:
@@ -221,9 +370,17 @@ def fuzz(tmp: Path) -> dict:
 def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=20, help="requests per client in the main wave")
+    ap.add_argument("--requests", type=int, default=20, help="requests per client in the retriever's main wave")
+    ap.add_argument("--servers", default="retriever,llm,service",
+                    help="which servers to load (comma-separated); the others' figures are kept from --out")
+    ap.add_argument("--llm-model", default="smollm2-135m", help="the model serve-llm serves under load")
+    ap.add_argument("--llm-requests", type=int, default=2, help="chat requests per client (serve-llm)")
+    ap.add_argument("--service-requests", type=int, default=8, help="checks per client (factrl serve)")
+    ap.add_argument("--service-delay", type=float, default=0.05, help="the fake verifier's seconds per batch")
     ap.add_argument("--fault-records", type=int, default=200)
     ap.add_argument("--no-fuzz", dest="fuzz", action="store_false")
+    ap.add_argument("--no-faults", dest="faults", action="store_false",
+                    help="keep the client fault and secret figures from --out instead of rerunning them")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--with-kills", action="store_true", help="run bench/reliability_kills.py first (long)")
     ap.add_argument("--with-disk", action="store_true", help="run bench/reliability_kills.py --disk-only first")
@@ -240,15 +397,23 @@ def main() -> dict:
         tmp = Path(tmp)
         (tmp / "load").mkdir()
         (tmp / "faults").mkdir()
-        load_result = load(args, tmp / "load")
-        fault_result, secret_result = faults(args.fault_records, tmp / "faults")
-        fuzz_result = fuzz(tmp) if args.fuzz else {"skipped": "--no-fuzz"}
+        loaders = {"retriever": load, "llm": load_llm, "service": load_service}
+        load_result = dict(earlier.get("load", {}))  # servers not loaded this time keep their figures
+        for name in args.servers.split(","):
+            (tmp / "load" / name).mkdir()
+            load_result[name] = loaders[name](args, tmp / "load" / name) | {"commit": measured.git["commit"],
+                                                                            "measured": measured.record()}
+        if args.faults:
+            fault_result, secret_result = faults(args.fault_records, tmp / "faults")
+        else:
+            fault_result, secret_result = {}, earlier.get("secrets", {}).get("bench", {})
+        fuzz_result = fuzz(tmp) if args.fuzz else earlier.get("fuzz", {"skipped": "--no-fuzz"})
     # the per-stage fault runs of bench/reliability_faults.py, kept; this run's client figures replace theirs
     stage_faults = {k: v for k, v in earlier.get("faults", {}).items() if k not in fault_result}
     fault_result = {**stage_faults, **fault_result}
     lost = sum(v.get("records_lost", 0) for v in fault_result.values() if isinstance(v, dict))
     result = {
-        "load": {"retriever": load_result},
+        "load": load_result,
         "faults": fault_result,
         "secrets": {"bench": secret_result,
                     "tests": ["tests/test_secrets.py (teacher Prefect run; serve-retriever session)",
@@ -261,7 +426,8 @@ def main() -> dict:
     }
     out = measured.write(result, args.out)
     print(json.dumps({k: out[k] for k in ("records_lost", "commit")}, indent=1))
-    print(json.dumps(out["load"]["retriever"]["wave"], indent=1))
+    for name in args.servers.split(","):
+        print(name, json.dumps(out["load"][name]["wave"], indent=1))
     return out
 
 

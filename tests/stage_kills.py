@@ -223,13 +223,19 @@ def trial(repo: Path, stage: str, outs: list[str], point: dict, cache: Path, log
 
 # Keys of a JSON output that hold a duration or a clock reading: they differ between any two runs.
 _TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp)$", re.IGNORECASE)
-# JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings)
+# JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings) or
+# in the record of the run's own history, whether and where it resumed (_RESUMED_KEY, matched whole):
+# warmup's summary says `resumed_from: 1` after a kill and null otherwise, the weights being the same
+
+
+def _run_history_key(key) -> bool:
+    return bool(_TIMING_KEY.search(str(key)) or _RESUMED_KEY.fullmatch(str(key)))
 
 
 def without_timings(obj):
-    """``obj`` (parsed JSON) less every timing key, at any depth."""
+    """``obj`` (parsed JSON) less every timing and resume-record key, at any depth."""
     if isinstance(obj, dict):
-        return {k: without_timings(v) for k, v in obj.items() if not _TIMING_KEY.search(str(k))}
+        return {k: without_timings(v) for k, v in obj.items() if not _run_history_key(k)}
     if isinstance(obj, list):
         return [without_timings(v) for v in obj]
     return obj
@@ -248,8 +254,9 @@ def timing_free(path: Path):
 def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path | None = None,
             repo: Path | None = None) -> dict:
     """Which files differ from the reference. ``identical``: none; ``equal``: the only differences are
-    timing keys of JSON files or timing columns of CSV files (the documented seeded-equal case; compared when ``reference_dir`` holds
-    a copy of the reference outputs)."""
+    timing keys of JSON files or timing columns of CSV files, or the keys recording a resume
+    (``resumed``, ``resumed_from``, ``batches_resumed``: the documented seeded-equal case; compared when
+    ``reference_dir`` holds a copy of the reference outputs)."""
     differ = sorted(k for k in reference.keys() | got.keys() if reference.get(k) != got.get(k))
     timing_only = []
     if reference_dir is not None and repo is not None:

@@ -114,3 +114,74 @@ def test_batcher_groups_by_params():
     out = asyncio.run(go())
     assert [o[0].text for o in out] == [str(i) for i in range(6)]
     assert sorted(llm.calls) == [(3, 1), (3, 2)]
+
+
+class SlowEcho:
+    """Echoes each prompt after ``delay`` seconds per call; records every prompt it generated for."""
+
+    model_name = "echo"
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.prompts = delay, []
+
+    def chat(self, conversations, params):
+        import time
+
+        from factrl.llm.base import Completion
+
+        self.prompts += [c[-1]["content"] for c in conversations]
+        time.sleep(self.delay)
+        return [[Completion(text=c[-1]["content"], token_ids=[1], completion_tokens=1)] for c in conversations]
+
+
+def test_limits_and_clients_that_hang_up_leave_the_server_batching(serve_app):
+    """Over real HTTP (uvicorn): requests over the limits are 413 / 422; clients that hang up while
+    their request waits behind a running batch are dropped from the queue (the engine never
+    generates for them) and half-sent bodies hold nothing; the next wave still runs as one batch and
+    the server stays healthy. Without the drop the engine generated for all 8 abandoned prompts."""
+    import json
+    import socket
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlparse
+
+    import httpx
+
+    from factrl.llm.serve import RequestLimits
+
+    llm = SlowEcho(delay=1.5)
+    url = serve_app(create_app(llm, window_ms=200, limits=RequestLimits(max_body_bytes=4096, max_n=2, max_tokens=16)))
+    base = url.removesuffix("/v1")
+    host, port = urlparse(url).hostname, urlparse(url).port
+
+    def ask(content: str, **extra) -> httpx.Response:
+        return httpx.post(f"{url}/chat/completions", timeout=30,
+                          json={"model": "echo", "messages": [{"role": "user", "content": content}], **extra})
+
+    assert ask("x" * 5000).status_code == 413
+    assert ask("n", n=3).status_code == 422 and "n:" in ask("n", n=3).json()["detail"]
+    assert ask("t", max_tokens=17).status_code == 422
+    llm.prompts.clear()
+
+    def send_and_hang_up(content: str, half: bool) -> None:
+        body = json.dumps({"model": "echo", "messages": [{"role": "user", "content": content}]}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        with socket.create_connection((host, port), timeout=10) as s:
+            s.sendall(head + (body[: len(body) // 2] if half else body))
+
+    busy = threading.Thread(target=ask, args=("busy",))
+    busy.start()  # the engine is busy with it for 1.5 s; what arrives meanwhile queues
+    time.sleep(0.5)
+    for i in range(8):
+        send_and_hang_up(f"gone {i}", half=False)
+        send_and_hang_up(f"half {i}", half=True)
+    busy.join()
+    with ThreadPoolExecutor(8) as pool:
+        wave = list(pool.map(lambda i: ask(f"next {i}"), range(8)))
+    assert [r.json()["choices"][0]["message"]["content"] for r in wave] == [f"next {i}" for i in range(8)]
+    health = httpx.get(f"{base}/health", timeout=10).json()
+    assert not [p for p in llm.prompts if p.startswith(("gone", "half"))], llm.prompts
+    assert health["dropped"] == 8 and health["status"] == "ok", health
+    assert health["batches"] < 1 + 8, health  # the wave of 8 batched (1 call for "busy", then fewer than 8)

@@ -91,6 +91,32 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, tok):
     assert (killed / "loss.csv").read_text() == (straight / "loss.csv").read_text()  # the curve continues
 
 
+def test_a_run_killed_after_its_last_checkpoint_reruns_to_the_same_model(tmp_path, tok):
+    """Killed after the final checkpoint but before the caller saved the model (warmup killed late,
+    line 34 of 39): the rerun resumes from that checkpoint and must train nothing more. transformers
+    5.23 trains one step past ``max_steps`` when the run ends mid-epoch (here step 1 of 6 per epoch),
+    which gave the warm start a different search agent, loss curve and summary."""
+    import dataclasses
+
+    from factrl.rl.sft import train_sft
+    from tests.rl.tiny import tiny_model
+    from tests.rl.tiny_sft import TINY_SFT
+
+    cfg = dataclasses.replace(TINY_SFT, max_steps=1, batch_size=2, grad_accum=1, checkpoint_every=48, keep_checkpoints=1)
+    straight = tiny_model(tok)
+    first = train_sft(straight, tok, examples(tok), cfg, tmp_path, seed=0, precision="fp32")
+    curve = (tmp_path / "loss.csv").read_text()
+    assert first.steps == 1 and [p.name for p in tmp_path.glob("checkpoint-*")] == ["checkpoint-1"]
+
+    resumed = tiny_model(tok)  # a fresh process's model: the base weights again
+    again = train_sft(resumed, tok, examples(tok), cfg, tmp_path, seed=0, precision="fp32")
+    assert again.resumed_from == 1 and again.steps == 1, again
+    assert (again.final_loss, again.tokens) == (first.final_loss, first.tokens)
+    assert (tmp_path / "loss.csv").read_text() == curve
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _mean_loss(model, exs: list[dict], pad_id: int) -> float:
     """Token-mean loss of ``model`` over the trained tokens of ``exs``."""
     total, count = 0.0, 0

@@ -1,4 +1,11 @@
-"""A fake verifier and a service around it, for the service's unit tests (no model runs)."""
+"""A fake verifier and a service around it, for the service's unit tests (no model runs).
+
+As a script, the real ``factrl serve`` app (``create_app``: limits, jobs, the batching worker, result
+streams) over a :class:`FakeVerifier` under uvicorn, for the load bench (bench/reliability.py), where
+what is measured is the server, not a model::
+
+    python -m tests.service.fakes --port PORT --dir DIR [--delay 0.05] [--batch-size 16]
+"""
 
 from __future__ import annotations
 
@@ -76,3 +83,26 @@ def wait_done(client, job_id: str, timeout: float = 20.0, headers=None) -> dict:
             return snap
         assert time.monotonic() < deadline, f"job not done in {timeout}s: {snap}"
         time.sleep(0.02)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the app over one FakeVerifier (``--delay`` seconds per batched call) on 127.0.0.1."""
+    import argparse
+
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description="factrl serve's app over a fake verifier (load bench)")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--dir", type=Path, required=True, help="where the corrections database goes")
+    ap.add_argument("--delay", type=float, default=0.05, help="seconds per batched verifier call")
+    ap.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args(argv)
+    service = make_service(args.dir, {"demo": FakeVerifier(args.delay)}, batch_size=args.batch_size)
+    try:
+        uvicorn.run(create_app(service), host="127.0.0.1", port=args.port, log_level="warning")
+    finally:
+        service.worker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,9 @@ sends to vLLM too: its generated ids come back as vLLM returns them, a final EOS
 Concurrent requests are batched: the first request to arrive opens a short collection window
 (a few ms), everything that arrives in it with the same sampling params runs as one left-padded
 batch, and each caller gets its own slice back. Batching is what makes 16 concurrent agents
-about as fast over HTTP as one in-process batched call.
+about as fast over HTTP as one in-process batched call. A caller that hangs up while its request
+waits for a batch is dropped from the queue (its slot goes to the next request, no tokens are
+generated for it); ``GET /health`` counts the batches run, the requests they served and those dropped.
 
 Binds 127.0.0.1 unless told otherwise. Bound to any other address it refuses to start unless the
 environment variable ``FACTRL_LLM_TOKEN`` holds a token, and then every ``/v1`` request must carry
@@ -74,6 +76,9 @@ class Batcher:
         self.max_batch = max_batch
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
+        self.batches = 0  # model calls run
+        self.requests = 0  # prompts they answered
+        self.dropped = 0  # prompts whose caller had gone before their batch ran (never generated)
 
     async def submit(self, prompt: list, params: SamplingParams, kind: str = "chat") -> list[Completion]:
         if self._worker is None:  # started lazily, inside the server's event loop
@@ -95,12 +100,17 @@ class Batcher:
                     pending.append(await asyncio.wait_for(self._queue.get(), timeout))
                 except asyncio.TimeoutError:
                     break
-            # requests queued while the model is busy are picked up right after this batch
-            for (kind, params), group in _group_by_params(pending).items():
+            # requests queued while the model is busy are picked up right after this batch; a caller
+            # that has gone (its future cancelled by answer_unless_gone) takes no slot in it
+            live = [item for item in pending if not item[2].done()]
+            self.dropped += len(pending) - len(live)
+            for (kind, params), group in _group_by_params(live).items():
                 await self._run_group(kind, params, group)
 
     async def _run_group(self, kind: str, params: SamplingParams, group: list) -> None:
         call = self.llm.chat if kind == "chat" else self.llm.complete_tokens
+        self.batches += 1
+        self.requests += len(group)
         try:
             results = await asyncio.to_thread(call, [m for m, _, _ in group], params)
         except Exception as exc:  # noqa: BLE001 - handed to every waiting request
@@ -111,6 +121,26 @@ class Batcher:
         for (_, _, fut), comps in zip(group, results):
             if not fut.done():  # the client may have gone away
                 fut.set_result(comps)
+
+
+async def answer_unless_gone(receive, work):
+    """Await ``work`` (a coroutine) unless the client goes first: ``receive`` (the request's ASGI
+    receive, its body already read) returns ``http.disconnect`` when the client hangs up; then
+    ``work`` is cancelled (a request still queued in the :class:`Batcher` is dropped from it) and
+    None returned."""
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
 
 
 def _group_by_params(pending: list) -> dict[tuple[str, SamplingParams], list]:
@@ -217,7 +247,7 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | No
     """The FastAPI app serving ``llm`` (any :class:`~factrl.llm.base.LLM`) under ``/v1``; every
     request needs ``Bearer <token>`` when ``token`` is set; requests are bounded by ``limits``."""
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 
     from factrl.servers import BodyLimit, bearer_dependency
 
@@ -229,18 +259,27 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | No
     async def bad_request(request: Request, exc: RequestError):
         return JSONResponse({"detail": str(exc)}, 422)
     batcher = Batcher(llm, window_ms=window_ms, max_batch=max_batch)
+    app.state.batcher = batcher
+    gone = Response(status_code=499)  # nginx's "client closed request": no one reads it
+
+    @app.get("/health")
+    async def health():
+        """Liveness and the batching counters (behind the token like everything else)."""
+        return {"status": "ok", "batches": batcher.batches, "requests": batcher.requests,
+                "dropped": batcher.dropped}
 
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": llm.model_name, "object": "model", "owned_by": "factrl"}]}
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: dict):
+    async def chat_completions(body: dict, request: Request):
         messages = _chat_messages(body.get("messages"))
         if body.get("stream"):
             raise HTTPException(400, "streaming is not supported")
         params = params_from_request(body, limits)
-        comps = await batcher.submit(messages, params)
+        comps = await answer_unless_gone(request.receive, batcher.submit(messages, params))
+        if comps is None:
+            return gone
         prompt_tokens = comps[0].prompt_tokens if comps else 0
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -255,15 +294,17 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | No
             },
         }
 
-    @app.post("/v1/completions")
-    async def completions(body: dict):
+    async def completions(body: dict, request: Request):
         if body.get("stream"):
             raise HTTPException(400, "streaming is not supported")
         prompts = _token_prompts(body.get("prompt"))
         if len(prompts) > limits.max_n:
             raise RequestError(f"prompt: {len(prompts)} prompts in one request; at most {limits.max_n}")
         params = params_from_request(body, limits)
-        results = await asyncio.gather(*(batcher.submit(p, params, kind="tokens") for p in prompts))
+        results = await answer_unless_gone(
+            request.receive, asyncio.gather(*(batcher.submit(p, params, kind="tokens") for p in prompts)))
+        if results is None:
+            return gone
         choices = [_completion_choice(i * params.n + j, c, body, params.stop)
                    for i, comps in enumerate(results) for j, c in enumerate(comps)]
         prompt_tokens = sum(len(p) for p in prompts)
@@ -275,6 +316,11 @@ def create_app(llm, window_ms: float = 5.0, max_batch: int = 64, token: str | No
                       "total_tokens": prompt_tokens + completion_tokens},
         }
 
+    # this module's annotations are strings (PEP 563) and Request is imported in this function, where
+    # FastAPI cannot resolve it: the real class makes ``request`` the request, not a query field
+    for handler, path in ((chat_completions, "/v1/chat/completions"), (completions, "/v1/completions")):
+        handler.__annotations__["request"] = Request
+        app.post(path)(handler)
     return app
 
 

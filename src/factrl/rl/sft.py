@@ -201,6 +201,12 @@ def last_complete_checkpoint(out_dir: Path) -> str | None:
     return None
 
 
+def finished(state) -> bool:
+    """Whether a checkpoint's ``TrainerState`` is the end of its run (``global_step`` reached the
+    ``max_steps`` the Trainer planned: ``cfg.max_steps``, or the steps of ``cfg.epochs``)."""
+    return state.max_steps > 0 and state.global_step >= state.max_steps
+
+
 def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_dir: str | Path, *,
               seed: int = 0, precision: str = "auto", callbacks: Sequence = ()) -> SFTResult:
     """Fine-tune ``model`` in place on ``examples`` (:func:`sft_example` dicts); checkpoints go to
@@ -224,11 +230,21 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
                                    data_collator=lambda f: collate(f, pad_id), callbacks=list(callbacks))
     start = time.perf_counter()
     tokens_before = 0
+    saved = None
     if last is not None:
         from transformers import TrainerState
 
-        tokens_before = TrainerState.load_from_json(str(Path(last) / "trainer_state.json")).num_input_tokens_seen
-    trainer.train(resume_from_checkpoint=last)
+        saved = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
+        tokens_before = saved.num_input_tokens_seen
+    if saved is not None and finished(saved):
+        # killed after its last checkpoint, before the caller saved the model: the checkpoint is the
+        # result. transformers 5.23 does not check max_steps before its first step on resume, so
+        # train() from a final checkpoint that ends mid-epoch trains one step more (found killing
+        # warmup late: a different search agent, loss curve and summary)
+        trainer._load_from_checkpoint(last)  # the Trainer's own resume path (tied weights, shards)
+        trainer.state = saved
+    else:
+        trainer.train(resume_from_checkpoint=last)
     wall = time.perf_counter() - start
     model.eval()
     state = trainer.state

@@ -34,6 +34,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
+from starlette.requests import ClientDisconnect
 
 from factrl.servers import UnsafeBind, bearer_dependency, required_token
 from factrl.service.corrections import Correction, CorrectionStore, export_claims
@@ -123,10 +124,13 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(413, f"request body of {declared} bytes exceeds serve.max_body_bytes "
                                      f"({params.max_body_bytes})")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > params.max_body_bytes:
-                raise HTTPException(413, f"request body exceeds serve.max_body_bytes ({params.max_body_bytes})")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > params.max_body_bytes:
+                    raise HTTPException(413, f"request body exceeds serve.max_body_bytes ({params.max_body_bytes})")
+        except ClientDisconnect:  # hung up mid-body: nothing to do, and no traceback in the log
+            raise HTTPException(499, "the client closed the connection before sending the whole body") from None
         return body
 
     def start_job(checkpoint: str, items: list[ClaimItem], text: str | None = None) -> dict:
