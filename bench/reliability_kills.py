@@ -39,7 +39,6 @@ RESULTS = Path(__file__).parent / "results" / "reliability.json"
 
 def disk(work: Path, out: Path, measured: Measurement) -> dict:
     """tests/disk_full.py's trial -> the ``disk`` key."""
-    from factrl.io import write_json
     from tests.disk_full import disk_full_trial, run_prepare
 
     reference = sk.tiny_repo(ROOT, work / "disk-reference")
@@ -49,7 +48,7 @@ def disk(work: Path, out: Path, measured: Measurement) -> dict:
     got["commit"] = measured.git["commit"]
     result = json.loads(out.read_text()) if out.exists() else {}
     result["disk"] = got
-    write_json(result, out)
+    measured.write(result, out)  # the file's measured block: its latest writer's
     print(json.dumps(got, indent=1))
     return got
 
@@ -92,8 +91,6 @@ def main() -> dict:
 
 def write(per_stage: dict, flow: dict, stages: list[str], args, measured: Measurement, seconds: float) -> dict:
     """The ``kills`` key so far (written after every stage: a long run leaves its figures as it goes)."""
-    from factrl.io import write_json
-
     trials = [k for s in per_stage.values() for k in s["kills"].values() if isinstance(k, dict)]
     kills = {"profile": "tiny", "seed": args.seed, "stages_planned": stages, "complete": len(per_stage) == len(stages),
              "stages": per_stage, "trials": len(trials), "identical": sum(t["identical"] for t in trials),
@@ -102,7 +99,7 @@ def write(per_stage: dict, flow: dict, stages: list[str], args, measured: Measur
              "seconds": round(seconds, 1), "commit": measured.git["commit"], "measured": measured.record()}
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     result["kills"] = kills
-    write_json(result, args.out)
+    measured.write(result, args.out)  # the file's measured block: its latest writer's
     print(json.dumps({k: v for k, v in kills.items() if k not in ("stages", "measured")}), flush=True)
     return kills
 
