@@ -56,6 +56,39 @@ def test_text_is_split_into_claims_with_offsets_and_results_stream_as_jsonl(clie
     assert all(text[r["start"]:r["end"]] == r["claim"] for r in results)
 
 
+class _DecomposerLLM:
+    """An endpoint stand-in for the llm decomposer: answers every chat with ``reply``."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    def chat(self, conversations, params):
+        from types import SimpleNamespace
+
+        return [[SimpleNamespace(text=self.reply)] for _ in conversations]
+
+
+def test_the_llm_decomposer_asks_the_endpoint_of_serve_decomposer_model(tmp_path, monkeypatch):
+    from factrl.verify import decompose as decompose_module
+
+    spec = "openai:decomposer@http://127.0.0.1:9/v1"
+    reply = '{"claims": [{"claim": "Ilse Maro was born in Varna.", "sentence": 2}]}'
+    monkeypatch.setitem(decompose_module._LLMS, spec, _DecomposerLLM(reply))
+    svc = make_service(tmp_path, decomposer="llm", decomposer_model=spec)
+    try:
+        client = TestClient(app_of(svc))
+        text = "Orsa is lovely. Ilse Maro was born in Varna."
+        answer = client.post("/v1/verify", json={"text": text})
+        assert answer.status_code == 200, answer.text
+        [claim] = answer.json()["claims"]
+        assert claim["claim"] == "Ilse Maro was born in Varna." and text[claim["start"]:claim["end"]] == claim["claim"]
+        monkeypatch.setitem(decompose_module._LLMS, spec, _DecomposerLLM("I cannot do that."))
+        bad = client.post("/v1/verify", json={"text": text})
+        assert bad.status_code == 502 and "llm decomposer failed" in bad.json()["detail"], bad.text
+    finally:
+        svc.worker.stop()
+
+
 def test_a_failing_claim_is_marked_failed_and_the_others_keep_their_verdicts(tmp_path):
     fake = FakeVerifier()
     svc = make_service(tmp_path, {"demo": fake}, batch_size=8, max_wait_ms=300)
