@@ -438,7 +438,7 @@ def _check_review(seen: dict, claim: str, text: str, corrected: str, passages: d
     provenance = json.loads(row["explanation"])
     assert provenance["reviewer"] == "Ada Reviewer" and provenance["original_verdict"] == reviewed["verdict"]
     if seen["passage_id"]:
-        assert row["evidence_ids"] == [seen["passage_id"]]
+        assert [e["passage_id"] for e in row["evidence"]] == [seen["passage_id"]]
     return [claim_result, *results]
 
 
