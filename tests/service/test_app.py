@@ -56,6 +56,39 @@ def test_text_is_split_into_claims_with_offsets_and_results_stream_as_jsonl(clie
     assert all(text[r["start"]:r["end"]] == r["claim"] for r in results)
 
 
+class _DecomposerLLM:
+    """An endpoint stand-in for the llm decomposer: answers every chat with ``reply``."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    def chat(self, conversations, params):
+        from types import SimpleNamespace
+
+        return [[SimpleNamespace(text=self.reply)] for _ in conversations]
+
+
+def test_the_llm_decomposer_asks_the_endpoint_of_serve_decomposer_model(tmp_path, monkeypatch):
+    from factrl.verify import decompose as decompose_module
+
+    spec = "openai:decomposer@http://127.0.0.1:9/v1"
+    reply = '{"claims": [{"claim": "Ilse Maro was born in Varna.", "sentence": 2}]}'
+    monkeypatch.setitem(decompose_module._LLMS, spec, _DecomposerLLM(reply))
+    svc = make_service(tmp_path, decomposer="llm", decomposer_model=spec)
+    try:
+        client = TestClient(app_of(svc))
+        text = "Orsa is lovely. Ilse Maro was born in Varna."
+        answer = client.post("/v1/verify", json={"text": text})
+        assert answer.status_code == 200, answer.text
+        [claim] = answer.json()["claims"]
+        assert claim["claim"] == "Ilse Maro was born in Varna." and text[claim["start"]:claim["end"]] == claim["claim"]
+        monkeypatch.setitem(decompose_module._LLMS, spec, _DecomposerLLM("I cannot do that."))
+        bad = client.post("/v1/verify", json={"text": text})
+        assert bad.status_code == 502 and "llm decomposer failed" in bad.json()["detail"], bad.text
+    finally:
+        svc.worker.stop()
+
+
 def test_a_failing_claim_is_marked_failed_and_the_others_keep_their_verdicts(tmp_path):
     fake = FakeVerifier()
     svc = make_service(tmp_path, {"demo": fake}, batch_size=8, max_wait_ms=300)
@@ -414,3 +447,125 @@ def test_a_reviewer_checks_claims_and_saves_a_correction_in_a_browser(tmp_path, 
     if os.environ.get("FACTRL_SCREENSHOTS"):
         for path in shots:
             shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+
+
+# --------------------------------------------------------------------------------------------
+# The page against `factrl serve` over real checkpoints and a real BM25 index (tests/service/page_driver.py)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_card_against_result(card: dict, result: dict, passages: dict[str, str]) -> None:
+    """What a card shows is what the engine answered: verdict (or the explicit no-verdict state with
+    its reason), the citations quoted in their passages, the trace."""
+    assert result["status"] == "done" and card["claim"] == result["claim"]
+    verdict = result["verdict"]
+    assert card["verdict"] == (verdict or "no verdict") and card["verdict_class"] == f"verdict {verdict or 'none'}"
+    if verdict is None:
+        assert card["no_verdict"].startswith("no verdict: ") and (result["trace"]["format_error"] or "") in card["no_verdict"]
+    else:
+        assert card["no_verdict"] is None
+    citations = result["citations"]
+    assert card["citations_heading"] == f"Citations ({len(citations)})"
+    assert card["quotes"] == [c["quote"] for c in citations]
+    retrieved = {h["id"] for q in result["trace"]["questions"] for h in q["retrieved"]}
+    for c in citations:  # from this claim's own searches, quoted verbatim from the index's passage
+        assert c["passage_id"] in retrieved and passages[c["passage_id"]][c["start"]:c["end"]] == c["quote"]
+    assert card["trace_summary"] == f"Trace: {len(result['trace']['questions'])} questions"
+    assert card["reasoning"] == result["trace"]["reasoning"]
+
+
+def _check_review(seen: dict, claim: str, text: str, corrected: str, passages: dict[str, str]) -> list[dict]:
+    """The page matched the API for both jobs, highlighted the text's claims by verdict, and the saved
+    review is the one row of the export; the API's results (the claim's, then the text's)."""
+    [claim_result] = seen["claim_job"]["results"]
+    assert claim_result["claim"] == claim
+    _check_card_against_result(seen["claim_card"], claim_result, passages)
+    text_job = seen["text_job"]
+    results = sorted(text_job["results"], key=lambda r: r["index"])
+    assert text_job["status"] == "done" and len(results) == len(seen["text_cards"]) == text_job["total"]
+    for card, result in zip(seen["text_cards"], results, strict=True):
+        _check_card_against_result(card, result, passages)
+        assert text[result["start"]:result["end"]] == result["claim"]
+    assert seen["highlights"] == [f"claim {r['verdict'] or 'none'}" for r in results]
+    reviewed = results[1]
+    assert ("accepted" if corrected == reviewed["verdict"] else "corrected") in seen["saved"]
+    [row] = [json.loads(line) for line in seen["export"].splitlines()]
+    assert row["claim"] == reviewed["claim"] and row["label"] == corrected and row["source"] == "corrections"
+    provenance = json.loads(row["explanation"])
+    assert provenance["reviewer"] == "Ada Reviewer" and provenance["original_verdict"] == reviewed["verdict"]
+    if seen["passage_id"]:
+        assert [e["passage_id"] for e in row["evidence"]] == [seen["passage_id"]]
+    return [claim_result, *results]
+
+
+def _keep_screenshots(shots) -> None:
+    import os
+    import shutil
+
+    if os.environ.get("FACTRL_SCREENSHOTS"):
+        for path in shots:
+            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+
+
+def _text_of(claims: list[dict]) -> str:
+    """Three demo-world claims and a question the decomposer must leave out."""
+    return f"{claims[1]['claim']} {claims[2]['claim']} Is that not odd? {claims[3]['claim']}"
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(tmp_path_factory):
+    """HF directories of two tiny random Llamas (tests/rl/tiny.py) saved with SmolLM2's tokenizer:
+    a reasoning and a search checkpoint that load like trained ones, in seconds."""
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    root, tok = tmp_path_factory.mktemp("tiny-checkpoints"), tokenizer()
+    for seed, agent in enumerate(("reason", "search")):
+        tiny_model(tok, seed=seed).save_pretrained(root / agent)
+        tok.save_pretrained(root / agent)
+    return {"name": "tiny", "reason": str(root / "reason"), "search": str(root / "search")}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_page_over_factrl_serve_with_tiny_checkpoints_shows_the_no_verdict_state(tmp_path, demo_world,
+                                                                                      tiny_checkpoints):
+    """The whole path page -> `factrl serve` -> engine (tiny random checkpoints on disk) -> BM25 index, in
+    headless Chromium. A random model writes no valid verdict: the page must say so ("no verdict" and
+    the format error, the claim highlighted as such, the trace with the model's text), not break, and a
+    reviewer can still give the claim its label, which the export carries."""
+    pytest.importorskip("playwright.sync_api")
+    import pyarrow.parquet as pq
+
+    from tests.service.page_driver import review_in_browser, serve_process
+
+    claims, index_dir = demo_world
+    passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
+    text, gold = _text_of(claims), claims[2]["label"]
+    with serve_process(tmp_path, index_dir, tiny_checkpoints, max_turns=1, max_new_tokens=16) as url:
+        seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "tiny", timeout_s=120)
+    results = _check_review(seen, claims[0]["claim"], text, gold, passages)
+    assert [r["verdict"] for r in results] == [None] * 4  # what a random model writes; the page showed it
+    assert all(r["trace"]["format_valid"] is False and r["trace"]["reasoning"] for r in results)
+    _keep_screenshots(seen["shots"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_page_over_factrl_serve_with_smollm2_shows_verdicts_and_citations(tmp_path, demo_world):
+    """As above with SmolLM2-135M as both agents: the page shows verdicts, highlights and citations
+    quoted in their passages, each from that claim's own searches, and the correction is exported."""
+    pytest.importorskip("playwright.sync_api")
+    import pyarrow.parquet as pq
+
+    from tests.service.page_driver import review_in_browser, serve_process
+
+    claims, index_dir = demo_world
+    passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
+    text, gold = _text_of(claims), claims[2]["label"]
+    checkpoint = {"name": "base", "reason": "base", "search": "base"}
+    with serve_process(tmp_path, index_dir, checkpoint, base="smollm2-135m", max_turns=2, max_new_tokens=48) as url:
+        seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "smollm2", timeout_s=1200)
+    results = _check_review(seen, claims[0]["claim"], text, gold, passages)
+    assert all(r["verdict"] in ("SUPPORTS", "REFUTES") for r in results), [r["verdict"] for r in results]
+    assert all(r["citations"] for r in results), [len(r["citations"]) for r in results]
+    _keep_screenshots(seen["shots"])
+    print(f"verdicts {[r['verdict'] for r in results]}; citations {[len(r['citations']) for r in results]}")

@@ -24,6 +24,9 @@ def test_bad_params_name_the_key(tmp_path):
     path.write_text("serve: {prices: {gpt: [1, 2, 3]}}\n")
     with pytest.raises(ConfigError, match="serve.prices.gpt: expected 2 items"):
         load_serve_params(path)
+    path.write_text("serve: {decomposer: llm}\n")
+    with pytest.raises(ConfigError, match="serve.decomposer_model"):
+        load_serve_params(path)
     path.write_text("serve: {portt: 1}\n")
     with pytest.raises(ConfigError, match="serve: unknown key"):
         load_serve_params(path)

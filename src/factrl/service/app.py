@@ -41,6 +41,7 @@ from factrl.service.corrections import Correction, CorrectionStore, export_claim
 from factrl.service.decompose import split_claims
 from factrl.service.jobs import BatchWorker, ClaimItem, JobStore
 from factrl.service.params import ServeParams
+from factrl.verify.decompose import DecomposeError
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,10 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(422, "text: empty text")
         if len(text) > params.max_text_chars:
             raise HTTPException(413, f"text: {len(text)} characters exceed serve.max_text_chars ({params.max_text_chars})")
-        spans = split_claims(text, params.decomposer)
+        try:
+            spans = await asyncio.to_thread(split_claims, text, params.decomposer, params.decomposer_model)
+        except DecomposeError as err:  # an endpoint's reply that is not the claims asked for
+            raise HTTPException(502, f"text: the {params.decomposer} decomposer failed: {err}") from None
         if not spans:
             raise HTTPException(422, "text: no claim found in the text")
         long = [s for s in spans if len(s.text) > params.max_claim_chars]

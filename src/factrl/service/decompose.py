@@ -9,6 +9,7 @@ from factrl.verify.decompose import ClaimSpan, decompose
 __all__ = ["ClaimSpan", "split_claims"]
 
 
-def split_claims(text: str, backend: str = "sentences") -> list[ClaimSpan]:
-    """The check-worthy claims of ``text`` by the decomposer ``backend``, with their offsets."""
-    return decompose(text, backend=backend)
+def split_claims(text: str, backend: str = "sentences", model: str = "") -> list[ClaimSpan]:
+    """The check-worthy claims of ``text`` by the decomposer ``backend``, with their offsets; ``model``
+    is the ``llm`` backend's endpoint (``openai:MODEL@URL``, params ``serve.decomposer_model``)."""
+    return decompose(text, backend=backend, **({"model": model} if backend == "llm" else {}))

@@ -48,7 +48,11 @@ class ServeParams:
     max_claims_per_job: the most claims one job may hold (a text's claims or a batch file's lines).
     max_body_bytes: the largest request body (413 beyond).
     max_jobs: finished jobs kept in memory; the oldest finished ones are dropped beyond it.
-    decomposer: the backend splitting a text into claims (``factrl.verify.decompose``).
+    decomposer: the backend splitting a text into claims (``factrl.verify.decompose``): ``sentences``
+        or ``llm``.
+    decomposer_model: the endpoint the ``llm`` decomposer asks, ``openai:MODEL@URL`` (e.g.
+        ``openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1`` for vLLM, ``openai:gpt-4o`` for OpenAI's API,
+        key from OPENAI_API_KEY); required with ``llm``, unused with ``sentences``.
     calibration_dir: where calibration maps live, one ``<checkpoint name>.json`` each (written by
         ``evaluate``); without one a result's confidence is the raw score, marked uncalibrated.
     corrections_db: the SQLite file of reviewers' corrections.
@@ -75,6 +79,7 @@ class ServeParams:
     max_body_bytes: int = 2_000_000
     max_jobs: int = 1000
     decomposer: str = "sentences"
+    decomposer_model: str = ""
     calibration_dir: str = "metrics/calibration"
     corrections_db: str = "corrections/corrections.sqlite"
 
@@ -86,6 +91,9 @@ class ServeParams:
         if self.max_wait_ms < 0 or self.max_gather_ms < 0:
             raise ConfigError(f"serve.max_wait_ms and serve.max_gather_ms must be >= 0, got "
                               f"{self.max_wait_ms} and {self.max_gather_ms}")
+        if self.decomposer == "llm" and not self.decomposer_model:
+            raise ConfigError("serve.decomposer is 'llm': set serve.decomposer_model to its endpoint, "
+                              "openai:MODEL@URL (e.g. openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1)")
         if not self.checkpoints:
             raise ConfigError("serve.checkpoints: empty; list at least one {name, reason, search}")
         names = [c.name for c in self.checkpoints]

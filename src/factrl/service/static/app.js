@@ -99,6 +99,12 @@ function renderCard(jobId, r) {
   const confidence = r.confidence == null ? "n/a" : r.confidence.toFixed(2);
   card.append(el("div", {}, el("span", { class: "verdict " + verdictClass(r) }, r.verdict || "no verdict"),
                  ` confidence ${confidence}${r.calibrated ? " (calibrated)" : " (raw, uncalibrated)"}`));
+  if (!r.verdict) {
+    // a model that wrote no valid verdict (an untrained or tiny checkpoint): say why, from the trace
+    const why = r.trace.format_error || "the reasoning agent gave no answer";
+    card.append(el("div", { class: "meta noverdict" }, `no verdict: ${why}` +
+                   (r.trace.finish_reason === "length" ? " (stopped at the token limit)" : "")));
+  }
   const u = r.usage || {};
   card.append(el("div", { class: "meta" },
     `${u.model_calls} model calls, ${u.tokens_in} tokens in / ${u.tokens_out} out${u.estimated ? " (estimated)" : ""}, ` +
