@@ -48,7 +48,7 @@ _DVC_LINE = re.compile(r"^(WARNING: '.*' is empty\.|\s*$)")
 # What a stage prints when it picks up a killed run's work (index chunks, synthesis batches, trainer
 # checkpoints, debate phases).
 _RESUME_LINE = re.compile(r"resum", re.IGNORECASE)
-_RESUMED_KEY = re.compile(r"resumed|resumed_from|batches_resumed|\w+_resumed")
+_RESUMED_KEY = re.compile(r"resumed|resumed_from|batches_resumed|\w+_resumed|cache_hits|cache_misses|calls")
 
 
 @dataclass
@@ -225,7 +225,9 @@ def trial(repo: Path, stage: str, outs: list[str], point: dict, cache: Path, log
 _TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp)$", re.IGNORECASE)
 # JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings) or
 # in the record of the run's own history, whether and where it resumed (_RESUMED_KEY, matched whole):
-# warmup's summary says `resumed_from: 1` after a kill and null otherwise, the weights being the same
+# warmup's summary says `resumed_from: 1` after a kill and null otherwise, the weights being the same;
+# a rerun answers from the LLM cache what the killed run paid for, so its call counters (debate's
+# `calls`, `cache_hits`) differ by design
 
 
 def _run_history_key(key) -> bool:
@@ -251,10 +253,33 @@ def timing_free(path: Path):
         return [without_timings(row) for row in csv.DictReader(f)]
 
 
+def same_values(a: Path, b: Path) -> bool:
+    """Whether two ``torch.save`` files hold the same tensors, arrays and values (their bytes differ
+    between two saves of equal objects: two uninterrupted fit_consensus runs do)."""
+    import numpy as np
+    import torch
+
+    def equal(x, y) -> bool:
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, torch.Tensor):
+            return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+        if isinstance(x, np.ndarray):
+            return x.dtype == y.dtype and np.array_equal(x, y)
+        if isinstance(x, dict):
+            return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
+        if isinstance(x, (list, tuple)):
+            return len(x) == len(y) and all(equal(u, v) for u, v in zip(x, y))
+        return x == y
+
+    return equal(torch.load(a, weights_only=False), torch.load(b, weights_only=False))
+
+
 def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path | None = None,
             repo: Path | None = None) -> dict:
     """Which files differ from the reference. ``identical``: none; ``equal``: the only differences are
-    timing keys of JSON files or timing columns of CSV files, or the keys recording a resume
+    timing keys of JSON files or timing columns of CSV files, ``.pt`` files holding equal values, or
+    the keys recording a resume or the calls a rerun's cache answered
     (``resumed``, ``resumed_from``, ``batches_resumed``: the documented seeded-equal case; compared when
     ``reference_dir`` holds a copy of the reference outputs)."""
     differ = sorted(k for k in reference.keys() | got.keys() if reference.get(k) != got.get(k))
@@ -265,6 +290,8 @@ def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path 
             if a.is_file() and b.is_file() and rel.endswith((".json", ".csv")):
                 if timing_free(a) == timing_free(b):
                     timing_only.append(rel)
+            elif a.is_file() and b.is_file() and rel.endswith(".pt") and same_values(a, b):
+                timing_only.append(rel)  # torch.save's bytes vary between equal saves (fit_consensus)
     return {"identical": not differ, "equal": len(differ) == len(timing_only), "files": len(reference),
             "differ": differ, "differ_in_timings_only": timing_only}
 

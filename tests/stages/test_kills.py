@@ -12,6 +12,30 @@ import pytest
 from tests import stage_kills as sk
 
 
+def test_equal_saves_and_a_rerun_s_cache_counters_compare_equal_and_real_differences_do_not(tmp_path):
+    """The comparison's two rules for outputs a rerun may not reproduce byte for byte: ``.pt`` files
+    with equal values (torch.save's bytes vary), and call counters a rerun's cache answered."""
+    import json
+
+    import torch
+
+    ref, got = tmp_path / "ref", tmp_path / "got"
+    for d in (ref, got):
+        (d / "consensus").mkdir(parents=True)
+    obj = {"state_dict": {"w": torch.arange(4.0)}, "members": ["Ada", "Ben"], "best_iteration": 3}
+    torch.save(obj, ref / "consensus" / "m.pt")
+    torch.save(obj, got / "consensus" / "m.pt")
+    (ref / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 36, "cache_hits": 0}}))
+    (got / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 12, "cache_hits": 24}}))
+    rels = ["consensus/m.pt", "summary.json"]
+    differ_all = {r: "a" for r in rels}, {r: "b" for r in rels}  # as if every byte hash differed
+    assert sk.compare(*differ_all, reference_dir=ref, repo=got)["equal"]
+    torch.save({**obj, "state_dict": {"w": torch.arange(4.0) + 1}}, got / "consensus" / "m.pt")
+    (got / "summary.json").write_text(json.dumps({"accuracy": 1.0, "calls": {"backend": 12, "cache_hits": 24}}))
+    got_cmp = sk.compare(*differ_all, reference_dir=ref, repo=got)
+    assert not got_cmp["equal"] and got_cmp["differ_in_timings_only"] == []
+
+
 def assert_survived(stage: str, record: dict) -> None:
     for name, got in record["kills"].items():
         assert got["killed_returncode"] == -9, (stage, name, got)  # the kill hit the running stage
