@@ -222,7 +222,10 @@ def trial(repo: Path, stage: str, outs: list[str], point: dict, cache: Path, log
 
 
 # Keys of a JSON output that hold a duration or a clock reading: they differ between any two runs.
-_TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp)$", re.IGNORECASE)
+# durations, clock readings and the machine's own measurements of the run (debate's `peak_rss_mib`
+# differs between two uninterrupted runs)
+_TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp|rss_mib|rss_gib)$",
+                         re.IGNORECASE)
 # JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings) or
 # in the record of the run's own history, whether and where it resumed (_RESUMED_KEY, matched whole):
 # warmup's summary says `resumed_from: 1` after a kill and null otherwise, the weights being the same;

@@ -25,8 +25,10 @@ def test_equal_saves_and_a_rerun_s_cache_counters_compare_equal_and_real_differe
     obj = {"state_dict": {"w": torch.arange(4.0)}, "members": ["Ada", "Ben"], "best_iteration": 3}
     torch.save(obj, ref / "consensus" / "m.pt")
     torch.save(obj, got / "consensus" / "m.pt")
-    (ref / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 36, "cache_hits": 0}}))
-    (got / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 12, "cache_hits": 24}}))
+    (ref / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 36, "cache_hits": 0},
+                                                  "peak_rss_mib": 2615.0}))
+    (got / "summary.json").write_text(json.dumps({"accuracy": 0.5, "calls": {"backend": 12, "cache_hits": 24},
+                                                  "peak_rss_mib": 1875.8}))
     rels = ["consensus/m.pt", "summary.json"]
     differ_all = {r: "a" for r in rels}, {r: "b" for r in rels}  # as if every byte hash differed
     assert sk.compare(*differ_all, reference_dir=ref, repo=got)["equal"]
