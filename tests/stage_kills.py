@@ -48,7 +48,7 @@ _DVC_LINE = re.compile(r"^(WARNING: '.*' is empty\.|\s*$)")
 # What a stage prints when it picks up a killed run's work (index chunks, synthesis batches, trainer
 # checkpoints, debate phases).
 _RESUME_LINE = re.compile(r"resum", re.IGNORECASE)
-_RESUMED_KEY = re.compile(r"resumed|resumed_from|batches_resumed|\w+_resumed|cache_hits|cache_misses|calls")
+_RESUMED_KEY = re.compile(r"resumed|resumed_from|batches_resumed|\w+_resumed")
 
 
 @dataclass
@@ -226,15 +226,19 @@ def trial(repo: Path, stage: str, outs: list[str], point: dict, cache: Path, log
 # differs between two uninterrupted runs)
 _TIMING_KEY = re.compile(r"(seconds|_s|_ms|time|wall|elapsed|started|finished|date|timestamp|rss_mib|rss_gib)$",
                          re.IGNORECASE)
+# the calls a rerun's LLM cache answered instead of the backend (run history, but not a sign of a resume)
+_CACHE_COUNTER_KEY = re.compile(r"cache_hits|cache_misses|calls")
 # JSON / CSV outputs compare "equal" when they differ only in these keys (durations, clock readings) or
-# in the record of the run's own history, whether and where it resumed (_RESUMED_KEY, matched whole):
+# in the record of the run's own history, whether and where it resumed (_RESUMED_KEY, matched whole)
+# and what its cache answered (_CACHE_COUNTER_KEY, matched whole):
 # warmup's summary says `resumed_from: 1` after a kill and null otherwise, the weights being the same;
 # a rerun answers from the LLM cache what the killed run paid for, so its call counters (debate's
 # `calls`, `cache_hits`) differ by design
 
 
 def _run_history_key(key) -> bool:
-    return bool(_TIMING_KEY.search(str(key)) or _RESUMED_KEY.fullmatch(str(key)))
+    return bool(_TIMING_KEY.search(str(key)) or _RESUMED_KEY.fullmatch(str(key))
+                or _CACHE_COUNTER_KEY.fullmatch(str(key)))
 
 
 def without_timings(obj):

@@ -32,6 +32,7 @@ def test_equal_saves_and_a_rerun_s_cache_counters_compare_equal_and_real_differe
     rels = ["consensus/m.pt", "summary.json"]
     differ_all = {r: "a" for r in rels}, {r: "b" for r in rels}  # as if every byte hash differed
     assert sk.compare(*differ_all, reference_dir=ref, repo=got)["equal"]
+    assert not sk.resumed_in_outputs(got, ["summary.json"])  # cache hits are not a resume record
     torch.save({**obj, "state_dict": {"w": torch.arange(4.0) + 1}}, got / "consensus" / "m.pt")
     (got / "summary.json").write_text(json.dumps({"accuracy": 1.0, "calls": {"backend": 12, "cache_hits": 24}}))
     got_cmp = sk.compare(*differ_all, reference_dir=ref, repo=got)
