@@ -18,6 +18,9 @@ each key promises and what is not measured yet).
   ``--service-delay`` s per batched call), so what is measured is the server, not HARIS: a request is
   a whole check (``POST /v1/verify``, then its ``results.jsonl`` read to the end); the limits; clients
   that hang up mid-body, before the answer, or on an open result stream; a second wave; alive after.
+- ``load.service_haris`` (``--servers ...,service_haris --service-workspace RUN``): the same protocol
+  against a real ``factrl serve`` over a finished run's trained HARIS pair and index (``make demo``'s),
+  one held-out claim per client: what a user's checks cost with the real verifier behind the server.
 - ``faults``: ``OpenAICompatLLM`` behind the disk cache against the fault-injecting server of
   tests/fault_llm.py (every fault kind on the first attempt of its share of ``--fault-records``):
   answered, lost, duplicated (a record sent again after it was answered), and the rerun's requests
@@ -249,30 +252,12 @@ def load_llm(args, root: Path) -> dict:
             "server_alive_after": alive}
 
 
-def load_service(args, root: Path) -> dict:
-    """``factrl serve``'s app (real uvicorn process, limits, jobs, batching worker, result streams)
-    over a fake verifier (``--service-delay`` s per batched call): what is measured is the server.
-    A request is a whole check: ``POST /v1/verify`` then ``GET /v1/jobs/{id}/results.jsonl`` to its end."""
-    import httpx
-
+def service_limit_cases() -> dict[str, tuple[int, str, dict]]:
+    """The requests ``factrl serve`` must refuse (413 over a size limit, 422 malformed), none verified."""
     from factrl.service.params import ServeParams
-    from factrl.servers import free_port, spawn
-
-    host, port = "127.0.0.1", free_port()
-    url = f"http://{host}:{port}"
-    cmd = [sys.executable, "-m", "tests.service.fakes", "--port", str(port), "--dir", str(root),
-           "--delay", str(args.service_delay)]
-    claims = [f"Claim {i}: Orsa was founded by Ilse Parrow, which is true." for i in range(256)]
-
-    async def check(http, claims: list[str], i: int) -> str | None:
-        job = await http.post("/v1/verify", json={"claim": claims[i % len(claims)]})
-        if job.status_code != 200:
-            return f"HTTP {job.status_code}"
-        lines = (await http.get(f"/v1/jobs/{job.json()['job_id']}/results.jsonl")).text.splitlines()
-        return None if len(lines) == 1 and json.loads(lines[0])["verdict"] == "SUPPORTS" else "wrong result"
 
     params = ServeParams()
-    cases = {
+    return {
         "body_over_max_body_bytes": (413, "/v1/verify/batch", {"content": b'{"claim": "x"}\n' * (
             params.max_body_bytes // 14 + 1)}),
         "claim_over_max_claim_chars": (413, "/v1/verify", {"json": {"claim": "x" * (params.max_claim_chars + 1)}}),
@@ -283,26 +268,106 @@ def load_service(args, root: Path) -> dict:
         "bad_batch_line": (422, "/v1/verify/batch", {"content": b'{"id": "a", "claim": 5}\n'}),
         "not_json": (422, "/v1/verify", {"content": b"\x80not json"}),
     }
+
+
+def service_check(expect=None, seen: list | None = None):
+    """A ``wave`` request that is one whole check: ``POST /v1/verify``, then the job's
+    ``results.jsonl`` read to its end. Wrong when the job does not yield exactly one result, the result
+    is marked failed, or (``expect``) its verdict differs; every result is appended to ``seen``."""
+    async def check(http, claims: list[str], i: int) -> str | None:
+        job = await http.post("/v1/verify", json={"claim": claims[i % len(claims)]})
+        if job.status_code != 200:
+            return f"HTTP {job.status_code}"
+        lines = (await http.get(f"/v1/jobs/{job.json()['job_id']}/results.jsonl")).text.splitlines()
+        if len(lines) != 1:
+            return f"{len(lines)} results"
+        result = json.loads(lines[0])
+        if seen is not None:
+            seen.append(result)
+        if result.get("status") == "failed":
+            return "failed: " + str(result.get("error", ""))[:80]
+        return None if expect is None or result["verdict"] == expect else "wrong result"
+    return check
+
+
+def exercise_service(url: str, proc, claims: list[str], check, clients: int, requests: int,
+                     second_clients: int, second_requests: int, hang_ups: int) -> dict:
+    """The load protocol of a running ``factrl serve`` (whatever verifies behind it): a warm-up, a wave
+    of ``clients`` x ``requests`` checks, the limit cases, ``hang_ups`` clients of each kind that hang up
+    (mid-body, before the answer, on an open result stream), a second wave that must still batch, and
+    the process alive at the end. Batches are read from ``/healthz`` around each wave."""
+    import httpx
+
+    host, port = url.removeprefix("http://").split(":")
+    asyncio.run(wave(url, claims, 2, 1, check, timeout=3600))  # warm-up: first-call costs are not the wave's
+    before = httpx.get(f"{url}/healthz").json()
+    print(f"{url}: wave of {clients} x {requests} checks", flush=True)
+    first = asyncio.run(wave(url, claims, clients, requests, check, timeout=3600))
+    print(f"wave: {first}", flush=True)
+    mid = httpx.get(f"{url}/healthz").json()
+    first["batches"] = mid["batches"] - before["batches"]
+    over = statuses(url, service_limit_cases())
+    dropped = disconnects(host, int(port), n=hang_ups, path="/v1/verify", payload={"claim": claims[0]})
+    streams_dropped = drop_result_streams(url, host, int(port), n=hang_ups)
+    print(f"limits {over}; hang-ups sent; second wave of {second_clients} x {second_requests}", flush=True)
+    second = asyncio.run(wave(url, claims[::-1], second_clients, second_requests, check, timeout=3600))
+    after = httpx.get(f"{url}/healthz")
+    second["batches"] = after.json()["batches"] - mid["batches"]
+    return {"wave": first, "limits": over, "limits_ok": all(c["status"] == c["expected"] for c in over.values()),
+            "disconnects": dropped | {"result_streams_dropped": streams_dropped}, "after_disconnects": second,
+            "still_batching": second["batches"] < second["requests"],
+            "server_alive_after": proc.poll() is None and after.status_code == 200,
+            "jobs_queued_after": after.json()["queued"]}
+
+
+def load_service(args, root: Path) -> dict:
+    """``factrl serve``'s app (real uvicorn process, limits, jobs, batching worker, result streams)
+    over a fake verifier (``--service-delay`` s per batched call): what is measured is the server."""
+    from factrl.servers import free_port, spawn
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "tests.service.fakes", "--port", str(port), "--dir", str(root),
+           "--delay", str(args.service_delay)]
+    claims = [f"Claim {i}: Orsa was founded by Ilse Parrow, which is true." for i in range(256)]
     with spawn(cmd, f"{url}/healthz", timeout=120, log_path=root / "serve.log",
                env={"PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}) as proc:
-        asyncio.run(wave(url, claims, 4, 1, check))  # warm-up
-        before = httpx.get(f"{url}/healthz").json()
-        first = asyncio.run(wave(url, claims, args.clients, args.service_requests, check))
-        mid = httpx.get(f"{url}/healthz").json()
-        first["batches"] = mid["batches"] - before["batches"]
-        over = statuses(url, cases)
-        dropped = disconnects(host, port, path="/v1/verify", payload={"claim": "Orsa is true."})
-        streams_dropped = drop_result_streams(url, host, port)
-        second = asyncio.run(wave(url, claims, args.clients, max(2, args.service_requests // 4), check))
-        after = httpx.get(f"{url}/healthz")
-        second["batches"] = after.json()["batches"] - mid["batches"]
-        alive = proc.poll() is None and after.status_code == 200
+        out = exercise_service(url, proc, claims, service_check("SUPPORTS"), args.clients, args.service_requests,
+                               args.clients, max(2, args.service_requests // 4), hang_ups=16)
     return {"server": f"factrl serve's app (create_app: limits, jobs, batching worker) over a fake verifier, "
-                      f"{args.service_delay} s per batched call (own process): the server, not HARIS",
-            "wave": first, "limits": over, "limits_ok": all(c["status"] == c["expected"] for c in over.values()),
-            "disconnects": dropped | {"result_streams_dropped": streams_dropped}, "after_disconnects": second,
-            "still_batching": second["batches"] < second["requests"], "server_alive_after": alive,
-            "jobs_queued_after": after.json()["queued"]}
+                      f"{args.service_delay} s per batched call (own process): the server, not HARIS"} | out
+
+
+def load_service_haris(args, root: Path) -> dict:
+    """A real ``factrl serve`` (``factrl.cli serve``) over a finished run's trained HARIS pair and
+    index (``--service-workspace``, round ``--service-round``, its ``evaluate`` limits, as
+    bench/serve.py serves it) under ``--clients`` concurrent clients, one held-out claim each: every
+    check must come back with a result that is not marked failed (a claim the agents leave without a
+    verdict is answered, and counted under ``verdicts``). Every claim is real SmolLM2 work, so the
+    hang-up cases are ``--service-hang-ups`` (4) of each kind and the second wave 16 clients."""
+    from serve import held_out_claims, workspace_setup
+
+    from factrl.servers import free_port, spawn
+    from factrl.service.params import ServeParams
+
+    if args.service_workspace is None:
+        raise SystemExit("bench/reliability.py: --servers service_haris needs --service-workspace (a finished run)")
+    setup = argparse.Namespace(port=free_port(), precision="auto", batch_size=args.service_batch_size,
+                               max_wait_ms=ServeParams.max_wait_ms)
+    workspace = args.service_workspace.resolve()
+    claims = held_out_claims(workspace, args.clients + 2, seed=0)
+    params_file, served = workspace_setup(workspace, args.service_round, root, setup)
+    url = f"http://127.0.0.1:{setup.port}"
+    seen: list[dict] = []
+    command = [sys.executable, "-m", "factrl.cli", "serve", "--params", str(params_file)]
+    with spawn(command, f"{url}/healthz", timeout=600, name="factrl serve", log_path=root / "serve.log") as proc:
+        out = exercise_service(url, proc, claims, service_check(seen=seen), args.clients, 1,
+                               min(16, args.clients), 1, hang_ups=args.service_hang_ups)
+    verdicts = collections.Counter(str(r.get("verdict")) for r in seen)
+    return {"server": f"factrl serve (own process) over {workspace.name}'s round-{args.service_round} HARIS pair "
+                      f"and index: real SmolLM2 agents, hybrid retrieval, batch size {args.service_batch_size}",
+            "served": served, "verdicts": dict(verdicts),
+            "with_citations": sum(1 for r in seen if r.get("citations"))} | out
 
 
 def drop_result_streams(url: str, host: str, port: int, n: int = 16) -> int:
@@ -377,6 +442,11 @@ def main() -> dict:
     ap.add_argument("--llm-requests", type=int, default=2, help="chat requests per client (serve-llm)")
     ap.add_argument("--service-requests", type=int, default=8, help="checks per client (factrl serve)")
     ap.add_argument("--service-delay", type=float, default=0.05, help="the fake verifier's seconds per batch")
+    ap.add_argument("--service-workspace", type=Path, default=None,
+                    help="service_haris: a finished run (models/, index/, data/claims/eval.parquet), e.g. make demo's")
+    ap.add_argument("--service-round", type=int, default=1, help="service_haris: the models/*_<round> pair")
+    ap.add_argument("--service-batch-size", type=int, default=16, help="service_haris: serve.batch_size")
+    ap.add_argument("--service-hang-ups", type=int, default=4, help="service_haris: clients of each hang-up kind")
     ap.add_argument("--fault-records", type=int, default=200)
     ap.add_argument("--no-fuzz", dest="fuzz", action="store_false")
     ap.add_argument("--no-faults", dest="faults", action="store_false",
@@ -397,7 +467,7 @@ def main() -> dict:
         tmp = Path(tmp)
         (tmp / "load").mkdir()
         (tmp / "faults").mkdir()
-        loaders = {"retriever": load, "llm": load_llm, "service": load_service}
+        loaders = {"retriever": load, "llm": load_llm, "service": load_service, "service_haris": load_service_haris}
         load_result = dict(earlier.get("load", {}))  # servers not loaded this time keep their figures
         for name in args.servers.split(","):
             (tmp / "load" / name).mkdir()

@@ -22,14 +22,16 @@ from tests.conftest import CHROMIUM
 
 @contextlib.contextmanager
 def serve_process(tmp_path: Path, index_dir: Path, checkpoint: dict, *, base: str | None = None,
-                  max_turns: int = 2, max_new_tokens: int = 48, timeout: float = 300) -> Iterator[str]:
+                  max_turns: int = 2, max_new_tokens: int = 48, retrieval_mode: str = "bm25",
+                  precision: str = "fp32", timeout: float = 300) -> Iterator[str]:
     """``factrl serve`` as a subprocess on a free loopback port, serving ``checkpoint``
-    (``{"name", "reason", "search"}``) over ``index_dir`` (BM25); its base URL once /healthz answers."""
+    (``{"name", "reason", "search"}``) over ``index_dir`` (``retrieval_mode``); its base URL once
+    /healthz answers."""
     from factrl.servers import free_port, spawn
 
     port = free_port()
-    params = {"serve": {"port": port, "index": str(index_dir), "retrieval_mode": "bm25", "device": "cpu",
-                        "precision": "fp32", "max_turns": max_turns, "max_new_tokens": max_new_tokens,
+    params = {"serve": {"port": port, "index": str(index_dir), "retrieval_mode": retrieval_mode, "device": "cpu",
+                        "precision": precision, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
                         "batch_size": 4, "max_wait_ms": 50, "checkpoints": [checkpoint],
                         "corrections_db": str(tmp_path / "corrections.sqlite")}}
     if base is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 
 import httpx
@@ -569,3 +570,43 @@ def test_the_page_over_factrl_serve_with_smollm2_shows_verdicts_and_citations(tm
     assert all(r["citations"] for r in results), [len(r["citations"]) for r in results]
     _keep_screenshots(seen["shots"])
     print(f"verdicts {[r['verdict'] for r in results]}; citations {[len(r['citations']) for r in results]}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@pytest.mark.skipif(not os.environ.get("FACTRL_TRAINED_RUN"),
+                    reason="FACTRL_TRAINED_RUN names no finished run (a `make demo` checkout) to serve")
+def test_the_page_over_factrl_serve_with_a_trained_run(tmp_path):
+    """The page over a finished run's trained HARIS pair (``$FACTRL_TRAINED_RUN``: a ``make demo``
+    checkout; ``models/reason_<r>`` / ``search_<r>`` with ``r`` = ``$FACTRL_TRAINED_ROUND``, default 1),
+    its index (hybrid, as ``evaluate`` searches) and its held-out claims (eval.parquet, never trained
+    on), with the run's ``evaluate`` limits: verdicts, highlights, citations from each claim's own
+    searches, and the correction exported. Opt-in because it needs a run's checkpoints (minutes of
+    ``make demo``); the default suite drives the same page over tiny checkpoints."""
+    pytest.importorskip("playwright.sync_api")
+    import pyarrow.parquet as pq
+
+    from factrl.config import from_dict, read_params
+    from factrl.eval.params import EvaluateParams
+    from tests.service.page_driver import review_in_browser, serve_process
+
+    run = Path(os.environ["FACTRL_TRAINED_RUN"])
+    round_ = os.environ.get("FACTRL_TRAINED_ROUND", "1")
+    evaluate = from_dict(EvaluateParams, read_params(run / "params.yaml").get("evaluate"),
+                         where=f"{run / 'params.yaml'}:evaluate")
+    claims = pq.read_table(run / "data" / "claims" / "eval.parquet").to_pylist()
+    index_dir = run / "index"
+    passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
+    text, gold = _text_of(claims), claims[2]["label"]
+    checkpoint = {"name": f"round {round_}", "reason": str(run / "models" / f"reason_{round_}"),
+                  "search": str(run / "models" / f"search_{round_}")}
+    with serve_process(tmp_path, index_dir, checkpoint, max_turns=evaluate.max_turns,
+                       max_new_tokens=evaluate.max_new_tokens, retrieval_mode=evaluate.retrieval_mode,
+                       precision="auto", timeout=600) as url:
+        seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "trained", timeout_s=1800)
+    results = _check_review(seen, claims[0]["claim"], text, gold, passages)
+    assert all(r["verdict"] in ("SUPPORTS", "REFUTES") for r in results), [r["verdict"] for r in results]
+    assert all(r["citations"] for r in results), [len(r["citations"]) for r in results]
+    _keep_screenshots(seen["shots"])
+    print(f"verdicts {[r['verdict'] for r in results]} (gold {[c['label'] for c in claims[:4]]}); "
+          f"citations {[len(r['citations']) for r in results]}")
