@@ -194,10 +194,12 @@ def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
 
 
 def test_reward_points_from_training_metrics(tmp_path):
-    (tmp_path / "search_2").mkdir()
-    (tmp_path / "search_2" / "metrics.csv").write_text("step,reward_mean\n1,0.1\n2,0.3\n")
-    (tmp_path / "reason_r1.csv").write_text("step,reward_mean\n1,0.5\n")
-    (tmp_path / "notes.csv").write_text("step,reward_mean\n1,9\n")  # no agent in the name: ignored
+    from factrl.rl.step_log import write_history
+
+    write_history([{"step": 1, "reward_mean": 0.1}, {"step": 2, "reward_mean": 0.3}], tmp_path / "search_r2")
+    write_history([{"step": 1, "reward_mean": 0.5}], tmp_path / "reason_r1")
+    write_history([{"step": 1, "reward_mean": 9.0}], tmp_path / "notes")  # no agent in the name: ignored
+    (tmp_path / "reason_r3.csv").write_text("step,reward_mean\n1,0.5\n")  # not a DVCLive directory: ignored
     points = stage.reward_points(tmp_path)
     assert points == [{"agent": "reason", "round": 1, "step": 1, "reward": 0.5},
                       {"agent": "search", "round": 2, "step": 1, "reward": 0.1},
