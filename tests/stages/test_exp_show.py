@@ -1,5 +1,6 @@
 """`dvc exp show` lists a pipeline run: its params, evaluate's final accuracy per system and hop, and
-each training run's last curve values (the DVCLive summaries dvc.yaml declares as metrics).
+each training run's last curve values (the DVCLive summaries dvc.yaml declares as metrics); `dvc
+plots show` draws the DVCLive curve files.
 
 The repository is a throw-away copy of this one (tests/pipeline_repo.py) with the files the stages
 write put in place by the code that writes them (the eval metrics' layout, a DVCLive directory), so
@@ -56,10 +57,11 @@ def run_repo(tmp_path_factory) -> Path:
     (repo / "metrics" / "eval.json").write_text(json.dumps(nested_metrics(rows)))
     write_history([{"step": 1, "reward_mean": 0.25}, {"step": 2, "reward_mean": 0.5}],
                   repo / "metrics" / "train" / "reason_r1")
+    write_history([{"step": 1, "loss": 2.0, "lr": 1e-4}, {"step": 2, "loss": 1.5, "lr": 1e-4}],
+                  repo / "warmup" / "loss_search")
     return repo
 
 
-@pytest.mark.slow
 def test_exp_show_lists_params_final_accuracy_and_training_summaries(run_repo):
     shown = exp_show(run_repo)
     params = shown["params.yaml"]
@@ -68,3 +70,15 @@ def test_exp_show_lists_params_final_accuracy_and_training_summaries(run_repo):
     assert accuracy["demo.2hop.HARIS (trained).accuracy"] == 0.8  # a number: a column dvc exp show can sort on
     assert accuracy["demo.3hop.HARIS (trained).accuracy"] == 0.7 and accuracy["demo.2hop.RAG.accuracy"] == 0.6
     assert shown["metrics/train/reason_r1/metrics.json"] == {"reward_mean": 0.5, "step": 2}  # the DVCLive summary
+
+
+def test_plots_show_draws_the_dvclive_curves(run_repo):
+    done = subprocess.run([DVC, "plots", "show", "--json"], cwd=run_repo, capture_output=True, text=True, timeout=300)
+    data = json.loads(done.stdout)["data"]  # errors: the stages that did not run here, no curves yet
+
+    def points(name: str, column: str) -> list[tuple[int, float]]:
+        values = data[name][0]["content"]["data"]["values"]
+        return [(int(v["step"]), float(v[column])) for v in values]
+
+    assert points("metrics/train/reason_r1/plots/metrics/reward_mean.tsv", "reward_mean") == [(1, 0.25), (2, 0.5)]
+    assert points("warmup/loss_search/plots/metrics/loss.tsv", "loss") == [(1, 2.0), (2, 1.5)]
