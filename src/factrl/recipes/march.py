@@ -10,7 +10,7 @@ The reward is an ``episode`` reward of the march family (``factrl.rewards.march`
 (:func:`episode_reward`) and called with the episode's claims (``MarchEpisode.claims``); nothing here
 knows which one it is. Each training episode trains as its
 solver trajectory and its first checker sample (``train_roles``), each role in its own GRPO group per
-question (``factrl.rl.trainer.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
+question (``factrl.rl.sampling.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
 ``TrainMarchParams``). With ``anchor_question`` the checker also answers the asked question, so an
 answer is held to its question, not only to the facts it chose to state.
 

@@ -55,7 +55,7 @@ def grpo_params(p: AgentTrainParams) -> GRPOParams:
 
 # Settings that change how long a run is or where it computes, not what its steps compute: a run killed
 # on a GPU resumes on a CPU, and raising ``steps`` continues a run from its newest checkpoint. The
-# latter holds because step k's prompts and samples depend only on (seed, k, draw) (trainer.sample_step)
+# latter holds because step k's prompts and samples depend only on (seed, k, draw) (sampling.sample_step)
 # and the lr schedule is warm-up then constant, not a function of the total (GRPOTrainer).
 NOT_FINGERPRINTED = ("device", "steps", "checkpoint_every", "keep_checkpoints", "keep_final_checkpoint")
 

@@ -8,12 +8,11 @@ autocast where the hardware computes bf16 natively (``cfg.precision``, see ``fac
 and truncated importance sampling against the rollout engine's log-probs where the trajectories
 carry them (``cfg.tis_cap``, ``correction``).
 :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
-rollout function, score them with a reward function, step, log a metrics row, checkpoint every
-``checkpoint_every`` steps. With ``dynamic_sampling`` (DAPO; verl's ``algorithm.filter_groups``) a
-step drops the groups whose rewards are all equal and draws more prompts until it has
-``prompts_per_step`` groups with signal or ``max_sampling_draws`` draws were made
-(:func:`sample_step`). A rollout may train as several trajectories (``parts``, e.g. MARCH's solver
-and checker), each role in its own group per prompt (:func:`joint_parts`). A killed run restarted
+rollout function, score them with a reward function (:mod:`factrl.rl.sampling`: with
+``dynamic_sampling``, DAPO's filtering of groups whose rewards are all equal), step, log the step's
+row of metrics through DVCLive (:mod:`factrl.rl.step_log`), checkpoint every ``checkpoint_every``
+steps. A rollout may train as several trajectories (``parts``, e.g. MARCH's solver and checker),
+each role in its own group per prompt (:func:`factrl.rl.sampling.joint_parts`). A killed run restarted
 on the same ``out_dir`` resumes from the newest checkpoint and produces the same weights and metrics
 as an uninterrupted run: every draw's prompt choice and sampling seed are functions of
 ``(seed, step, draw)`` alone, and the checkpoint holds the weights, optimizer, scheduler, RNG states
