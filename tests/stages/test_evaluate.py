@@ -54,9 +54,10 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
         "per_hop": 4, "retrieval_mode": "bm25", "n_boot": 100, "trace_claims": 2,  # all four systems
     }
     _write_params(tiny_world / "params.yaml", evaluate)
-    train = tiny_world / "metrics" / "train"
-    train.mkdir(parents=True)
-    (train / "reason_r1.csv").write_text("step,reward_mean,loss\n1,0.2,0.5\n2,0.4,0.4\n")
+    from factrl.rl.step_log import write_history
+
+    write_history([{"step": 1, "reward_mean": 0.2, "loss": 0.5}, {"step": 2, "reward_mean": 0.4, "loss": 0.4}],
+                  tiny_world / "metrics" / "train" / "reason_r1")  # a training run's DVCLive curves
     out = stage.main("params.yaml", llm_loader=lambda spec: ScriptedLLM())
 
     metrics = json.loads((tiny_world / "metrics" / "eval.json").read_text())
