@@ -7,10 +7,11 @@ A run's curves live in a DVCLive directory (``metrics/train/reason_r1``, ``warmu
 - ``metrics.json``: each metric's latest value and the last ``step``, what ``dvc metrics show`` and
   ``dvc exp show`` list.
 
-:func:`step_row` assembles a GRPO step's row; :class:`StepLog` writes rows. It rebuilds the directory from the history it is given (the rows a
-checkpoint restored) and then appends one row per step, so after a kill and a rerun the files hold
-exactly the rows of an uninterrupted run: steps done after the last checkpoint are dropped with the
-rebuild and written again when the rerun redoes them. :func:`write_history` writes a whole history
+:func:`step_row` assembles a GRPO step's row; :class:`StepLog` writes rows. It rebuilds the
+directory from the history it is given (the rows a checkpoint restored) and then appends one row per
+step, so after a kill and a rerun the files hold exactly the rows of an uninterrupted run: steps done
+after the last checkpoint are dropped with the rebuild and written again when the rerun redoes them
+(Live's own ``resume=True`` would go on after the last step logged, keeping those rows twice). :func:`write_history` writes a whole history
 at once (verl's metrics, a run with no steps) and :func:`read_history` reads a directory back as
 rows (``factrl train-summary``, evaluate's reward curves, tests).
 """
