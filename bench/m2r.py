@@ -121,7 +121,7 @@ def train(items: list[dict], init: str, retriever, p: M2RParams, stage: M2RStage
     from factrl.recipes import m2r as recipe
 
     _, record = recipe.train_stage(items, init, retriever, p, stage, state_dir=work / f"ck_{name}",
-                                   out_model=work / name, metrics_path=work / f"{name}.csv")
+                                   out_model=work / name, curves_dir=work / f"{name}_curves")
     return str(work / name), record
 
 
@@ -150,7 +150,7 @@ def main() -> None:
     from factrl.profiles import merge, read_profile, write_params
     from factrl.recipes import m2r as recipe
     from factrl.retrieval.index import Retriever
-    from factrl.rl.trainer import seed_everything
+    from factrl.rl.sampling import seed_everything
 
     raw = read_params(ROOT / "params.yaml")
     if args.profile:
@@ -213,7 +213,7 @@ def main() -> None:
         seed_everything(1000 + seed)
         warm_dir = seed_dir / "warm"
         warm = recipe.warm_start(all_items, p, MacroTool(retriever, k=p.top_k), state_dir=warm_dir / "sft",
-                                 out_model=warm_dir / "model", loss_path=warm_dir / "loss.csv")
+                                 out_model=warm_dir / "model", curves_dir=warm_dir / "loss")
         scores = {"m2r_warm": evaluate("m2r_warm", LocalLLM(str(warm_dir / "model"), precision=p.precision),
                                        sets, p)}
         s1, r1 = train(stage_items["m2r_stage1"], str(warm_dir / "model"), retriever, p, stage1, seed_dir, "stage1")

@@ -138,7 +138,7 @@ def main() -> None:
                 p = march.run_params(dataclasses.replace(params, warmup=warm), seed)
                 print(f"bench/march: {name}, seed {seed}", flush=True)
                 runs.setdefault(name, []).append(march.run(
-                    p, state_dir=run_dir / "state", out_model=run_dir / "model", metrics_path=run_dir / "metrics.csv"))
+                    p, state_dir=run_dir / "state", out_model=run_dir / "model", curves_dir=run_dir / "curves"))
     result = aggregate(runs["warmup"])
     if "without_warmup" in runs:
         result["without_warmup"] = aggregate(runs["without_warmup"])

@@ -25,7 +25,6 @@ reports/eval.md a section and plots/eval/reliability.png the diagram.
 
 from __future__ import annotations
 
-import csv
 import functools
 import logging
 import re
@@ -40,12 +39,13 @@ from factrl.eval.params import EvalSetParams, EvaluateParams
 from factrl.eval.stats import consensus_rows
 from factrl.hardware import resolve_device, resolve_precision
 from factrl.model_names import resolve_model
+from factrl.rl.step_log import curve_dirs, read_history
 
 log = logging.getLogger("stages.evaluate")
 
 TRAIN_METRICS = Path("metrics/train")
 CONSENSUS_PREDICTIONS = Path("consensus/predictions.parquet")
-# metrics/train/reason_r2.csv, metrics/train/search_3/metrics.csv, ...: agent and round from the path
+# metrics/train/reason_r2, metrics/train/search_r3, ... (DVCLive directories): agent and round from the name
 _TRAIN_FILE = re.compile(r"(reason|search)\w*?_r?(\d+)")
 
 
@@ -150,19 +150,17 @@ def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
 
 
 def reward_points(train_dir: Path = TRAIN_METRICS) -> list[dict]:
-    """Mean reward per step of every training run under ``train_dir`` (the trainer's metrics.csv
-    rows; agent and round read from the file's path, e.g. reason_r2.csv or search_3/metrics.csv)."""
+    """Mean reward per step of every training run under ``train_dir`` (each run's DVCLive directory,
+    :mod:`factrl.rl.step_log`; agent and round read from its name, e.g. reason_r2 or search_r3)."""
     points = []
-    for path in sorted(train_dir.rglob("*.csv")) if train_dir.is_dir() else []:
-        rel = str(path.relative_to(train_dir))
-        m = _TRAIN_FILE.search(rel)
+    for run_dir in curve_dirs(train_dir):
+        m = _TRAIN_FILE.search(run_dir.name)
         if m is None:
             continue
-        with path.open(newline="", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                if row.get("step") and row.get("reward_mean"):
-                    points.append({"agent": m.group(1), "round": int(m.group(2)), "step": int(float(row["step"])),
-                                   "reward": float(row["reward_mean"])})
+        for row in read_history(run_dir):
+            if isinstance(row.get("reward_mean"), float):
+                points.append({"agent": m.group(1), "round": int(m.group(2)), "step": row["step"],
+                               "reward": row["reward_mean"]})
     return points
 
 

@@ -6,7 +6,7 @@ Stage ``<id>`` of params ``m2r_stages`` (empty by default: M2R training is off) 
 m2r/model_<prev> (stage 0: ``m2r.base_model``, first warm-started on reference M2R trajectories
 of the demo world's gold chains when ``m2r.warm_start``) on the questions of
 segments/<segment>.parquet, with the reward ``m2r.reward`` checking the stage's format
-(``factrl.recipes.m2r``). Outputs: m2r/model_<id>; metrics/train/m2r_r<id>.csv (a DVC plot);
+(``factrl.recipes.m2r``). Outputs: m2r/model_<id>; metrics/train/m2r_r<id>/ (DVCLive: DVC plots and metrics);
 metrics/m2r/train_r<id>.json (steps, final reward, format failures by reason, the warm start's
 figures, wall time and peak memory); checkpoints/m2r_r<id> (DVC ``persist``) to resume after a kill.
 """
@@ -35,7 +35,7 @@ WARM_SEGMENT = "all"  # the warm start's references come from every training cla
 
 
 def train_m2r(claims: pa.Table, warm_claims: pa.Table | None, retriever, params: M2RParams, stage: M2RStageParams, *,
-              init_model: str, state_dir: Path, out_model: Path, metrics_path: Path, results_path: Path,
+              init_model: str, state_dir: Path, out_model: Path, curves_dir: Path, results_path: Path,
               model_tokenizer: tuple | None = None) -> dict:
     """One M2R curriculum stage: warm start first when it starts from the base model and
     ``params.warm_start`` (references from ``warm_claims``), then GRPO on ``claims``; writes
@@ -50,11 +50,11 @@ def train_m2r(claims: pa.Table, warm_claims: pa.Table | None, retriever, params:
         init_model = str(warm_dir / "model")
         warm = recipe.warm_start(world_items(warm_claims if warm_claims is not None else claims), params,
                                  recipe.m2r.MacroTool(retriever, k=params.top_k), state_dir=warm_dir / "sft",
-                                 out_model=Path(init_model), loss_path=warm_dir / "loss.csv",
+                                 out_model=Path(init_model), curves_dir=warm_dir / "loss",
                                  model_tokenizer=model_tokenizer)
         model_tokenizer = None  # the warm start trained those weights; GRPO loads the saved model
     run, record = recipe.train_stage(items, init_model, retriever, params, stage, state_dir=state_dir,
-                                     out_model=out_model, metrics_path=metrics_path, model_tokenizer=model_tokenizer)
+                                     out_model=out_model, curves_dir=curves_dir, model_tokenizer=model_tokenizer)
     result = {**record, "init_model": init_model, "warm_start": warm, "wall_s": time.perf_counter() - start,
               "peak_rss_mib": peak_rss_mib()}
     write_json(result, results_path)
@@ -83,7 +83,7 @@ def main(stage_id: str, params_file: str = "params.yaml") -> dict:
     return train_m2r(claims, warm_claims, Retriever("index", mode=params.retrieval_mode), params, stage,
                      init_model=init, state_dir=Path("checkpoints") / f"m2r_r{stage.id}",
                      out_model=recipe.checkpoint_of(stage.id),
-                     metrics_path=Path("metrics") / "train" / f"m2r_r{stage.id}.csv",
+                     curves_dir=Path("metrics") / "train" / f"m2r_r{stage.id}",
                      results_path=Path("metrics") / "m2r" / f"train_r{stage.id}.json")
 
 

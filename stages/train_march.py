@@ -10,7 +10,7 @@ the solver's and checker's trajectories (reward ``train_march.reward``) and eval
 
 Outputs: march/model_s<seed> (Hugging Face format); march/results_s<seed>.json (DVC metrics: before /
 after hallucination rate, accuracy, proposals per answer, format failures by role, per-step curves,
-wall time, peak memory); metrics/train/march_s<seed>.csv (DVC plots); checkpoints/march_s<seed> (DVC
+wall time, peak memory); metrics/train/march_s<seed>/ (DVCLive: DVC plots and metrics); checkpoints/march_s<seed> (DVC
 ``persist``) for resuming after a kill.
 """
 
@@ -31,7 +31,7 @@ def train_march(params: TrainMarchParams, seed: int, root: Path = Path("."), **k
     root = Path(root)
     results = march.run(march.run_params(params, seed), state_dir=root / "checkpoints" / f"march_s{seed}",
                         out_model=root / "march" / f"model_s{seed}",
-                        metrics_path=root / "metrics" / "train" / f"march_s{seed}.csv", **kw)
+                        curves_dir=root / "metrics" / "train" / f"march_s{seed}", **kw)
     march.write_results(results, root / "march" / f"results_s{seed}.json")
     return results
 

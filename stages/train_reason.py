@@ -6,7 +6,7 @@ H_prev (models/reason_<prev>) verifies each claim of segments/<segment>.parquet,
 that the just-trained search agent L_r (models/search_<id>) answers over index/: in-process by
 default, or behind ``factrl serve-llm`` (params ``train.reasoning.search_backend: server``), as the
 paper serves it. The reward is ``haris_reasoning`` (verdict against the gold label). Outputs:
-models/reason_<id> (Hugging Face format), metrics/train/reason_r<id>.csv (a DVC plot); checkpoints
+models/reason_<id> (Hugging Face format), metrics/train/reason_r<id>/ (DVCLive: DVC plots and metrics); checkpoints
 in checkpoints/reason_r<id> (DVC ``persist``) for resuming after a kill. ``train.backend: verl``
 trains the same rows on verl instead, L_r behind ``vllm serve`` (``factrl.recipes.verl_rounds``).
 The recipe is :func:`factrl.recipes.haris_train.run_train_reason` (also ``factrl train``).

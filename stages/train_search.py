@@ -6,8 +6,8 @@ L_prev (models/search_<prev>) answers each question of qa/qa_r<id>.parquet by se
 (<search> -> top-k passages -> <report>); the reward is ``haris_search`` with the judge named in
 params ``train.search.judge`` (``rule`` by default) comparing the report to the teacher's answer.
 ``train.backend: verl`` trains the same rows on verl instead (``factrl.recipes.verl_rounds``).
-Outputs: models/search_<id> (Hugging Face format), metrics/train/search_r<id>.csv (one row per
-step; a DVC plot). Checkpoints go to checkpoints/search_r<id> (DVC ``persist``), so a killed run
+Outputs: models/search_<id> (Hugging Face format), metrics/train/search_r<id>/ (DVCLive: one
+TSV per curve, a row per step, DVC plots; metrics.json, DVC metrics). Checkpoints go to checkpoints/search_r<id> (DVC ``persist``), so a killed run
 resumes where its last checkpoint left it. The recipe is
 :func:`factrl.recipes.haris_train.run_train_search` (also ``factrl train --stage train_search@<id>``).
 """

@@ -12,7 +12,8 @@ right (``source: teacher``).
 Outputs: models/reason_0, models/search_0; warmup/references.parquet (REFERENCES, what was trained
 on), warmup/rejected.parquet (REFERENCES_REJECTED, with the reason); warmup/summary.json (DVC
 metrics: references per agent, rejections by reason, and per agent the examples, optimizer steps,
-tokens, tokens/s, first and final loss, wall time, precision); warmup/loss_<agent>.csv (DVC plots);
+tokens, tokens/s, first and final loss, wall time, precision); warmup/loss_<agent>/ (each agent's
+DVCLive directory: plots/metrics/{loss,lr,grad_norm}.tsv, DVC plots; metrics.json, the last values);
 checkpoints/warmup (DVC ``persist``), which a killed run resumes from.
 """
 
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from factrl.config import load_section
+from factrl.rl.step_log import write_history
 from factrl.data import reference
 from factrl.data.schemas import CLAIMS, REFERENCES, REFERENCES_REJECTED, validate
 from factrl.data.splits import balanced_subset
@@ -72,9 +74,8 @@ def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
     state_dir.mkdir(parents=True, exist_ok=True)  # a DVC out, also when nothing trains
     if not params.enabled:
         recipe.save_base_agents(params.base_model, models_dir)
-        for agent in recipe.AGENTS:  # the plots files exist (header only): nothing was trained
-            with atomic_path(out / f"loss_{agent}.csv") as tmp:
-                tmp.write_text("step,loss,lr\n", encoding="utf-8")
+        for agent in recipe.AGENTS:  # the DVC plots and metrics outs exist, empty: nothing was trained
+            write_history([], out / f"loss_{agent}")
         _write_outputs([], [], summary | {"wall_s": time.perf_counter() - start}, out)
         print(f"warmup: off; models/reason_0 = models/search_0 = {params.base_model}")
         return summary

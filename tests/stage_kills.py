@@ -251,13 +251,14 @@ def without_timings(obj):
 
 
 def timing_free(path: Path):
-    """A JSON or CSV output less its timing keys / columns (:func:`without_timings`)."""
+    """A JSON, CSV or TSV output less its timing keys / columns (:func:`without_timings`); a DVCLive
+    curve file (``plots/metrics/step_time.tsv``: step and one column) of a timing keeps its steps."""
     if path.suffix == ".json":
         return without_timings(json.loads(path.read_text()))
     import csv
 
     with path.open(newline="") as f:
-        return [without_timings(row) for row in csv.DictReader(f)]
+        return [without_timings(row) for row in csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")]
 
 
 def same_values(a: Path, b: Path) -> bool:
@@ -285,7 +286,7 @@ def same_values(a: Path, b: Path) -> bool:
 def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path | None = None,
             repo: Path | None = None) -> dict:
     """Which files differ from the reference. ``identical``: none; ``equal``: the only differences are
-    timing keys of JSON files or timing columns of CSV files, ``.pt`` files holding equal values, or
+    timing keys of JSON files or timing columns of CSV and TSV files (DVCLive's curves), ``.pt`` files holding equal values, or
     the keys recording a resume or the calls a rerun's cache answered
     (``resumed``, ``resumed_from``, ``batches_resumed``: the documented seeded-equal case; compared when
     ``reference_dir`` holds a copy of the reference outputs)."""
@@ -294,7 +295,7 @@ def compare(reference: dict[str, str], got: dict[str, str], reference_dir: Path 
     if reference_dir is not None and repo is not None:
         for rel in differ:
             a, b = reference_dir / rel, repo / rel
-            if a.is_file() and b.is_file() and rel.endswith((".json", ".csv")):
+            if a.is_file() and b.is_file() and rel.endswith((".json", ".csv", ".tsv")):
                 if timing_free(a) == timing_free(b):
                     timing_only.append(rel)
             elif a.is_file() and b.is_file() and rel.endswith(".pt") and same_values(a, b):

@@ -9,7 +9,6 @@ Skips without CUDA (tests/conftest.py); ``run_paper_smoke(..., device="cpu")`` r
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 
 import pytest
@@ -21,6 +20,7 @@ import yaml  # noqa: E402
 from dvc.repo import Repo  # noqa: E402
 
 from factrl.profiles import merge  # noqa: E402
+from factrl.rl.step_log import read_history  # noqa: E402
 from tests.pipeline_repo import make_pipeline_repo  # noqa: E402
 
 SIZES = {  # what the paper profile runs at, cut down; everything else is the paper's
@@ -61,8 +61,7 @@ def run_paper_smoke(tmp_path, repo_root, device: str) -> None:
         if info.get("steps"):
             assert info["hardware"]["device"].startswith(device)
             assert info["memory_bytes"]["reference"] > 0  # the paper's KL 0.001 keeps a reference model
-            with open(repo / "metrics" / "train" / f"{agent}_r2.csv", newline="") as f:
-                row = next(csv.DictReader(f))
+            row = read_history(repo / "metrics" / "train" / f"{agent}_r2")[0]  # the run's DVCLive curves
             assert "rollout_logp_gap" in row and (device == "cpu" or float(row["cuda_peak_gib"]) > 0)
     assert "demo" in json.loads((repo / "metrics" / "eval.json").read_text())
 

@@ -98,7 +98,7 @@ def test_the_stage_plan_is_a_verl_config_with_the_march_loop_and_no_tool(tmp_pat
     from factrl.rl import verl_backend
 
     p = TrainMarchParams(backend="verl", train_roles=("solver",), max_context_tokens=1536, steps=5, seed=2)
-    vp = plan(p, init_model="/models/warm", out_model=tmp_path / "out", metrics_path=tmp_path / "m.csv",
+    vp = plan(p, init_model="/models/warm", out_model=tmp_path / "out", curves_dir=tmp_path / "curves",
               work_dir=tmp_path / "work", device="cpu")
     assert vp.stage == "train_march@2" and vp.tools == [] and not vp.servers
     cfg = verl_backend.compose(vp.overrides)  # verl's own config files accept every override

@@ -5,7 +5,6 @@ verl's checkpoint into models/search_<r> with the curve in metrics/train, where 
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from factrl.rl import verl_backend
+from factrl.rl.step_log import read_history
 from factrl.servers import free_port
 from tests.pipeline_repo import edit_params
 from tests.stages.test_train import qa_table, tiny_world
@@ -42,8 +42,7 @@ def test_train_search_stage_on_the_verl_backend(tmp_path, repo_root, monkeypatch
     monkeypatch.setenv("PYTHONPATH", f"{repo_root}:{repo_root / 'src'}")
     result = run_train_search(1, "params.yaml", backend="verl")
     assert [r["reward_mean"] for r in result.rows] == [0.1, 0.2, 0.3]
-    with open(tmp_path / "metrics" / "train" / "search_r1.csv", newline="") as f:
-        assert [float(r["reward_mean"]) for r in csv.DictReader(f)] == [0.1, 0.2, 0.3]
+    assert [r["reward_mean"] for r in read_history(tmp_path / "metrics" / "train" / "search_r1")] == [0.1, 0.2, 0.3]
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "models" / "search_1")
     first = next(iter(init.state_dict()))
     assert torch.equal(trained.state_dict()[first].float(), (init.state_dict()[first] + 1.0).bfloat16().float())

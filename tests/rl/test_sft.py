@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from factrl.rl.sft import IGNORE_INDEX, collate, masked_lm_loss
+from factrl.rl.sft import CURVES_DIR, IGNORE_INDEX, collate, masked_lm_loss
+from factrl.rl.step_log import read_history, read_summary
 from tests.rl.tiny_sft import examples, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,12 @@ def test_length_grouped_batches_come_in_a_random_order():
     assert len({v // 50 for v in shuffled}) == 3  # all three lengths in the first 18 steps
 
 
+def _curve_files(out_dir: Path) -> dict[str, str]:
+    """The text of each curve file of a run's DVCLive directory, and its summary."""
+    live = out_dir / CURVES_DIR
+    return {p.relative_to(live).as_posix(): p.read_text() for p in sorted(live.rglob("*")) if p.is_file()}
+
+
 def _final(out_dir: Path) -> dict:
     return load_file(str(out_dir / "final" / "model.safetensors"))
 
@@ -83,12 +90,16 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, tok):
     first = subprocess.run([*cmd, "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == -9, first.stderr[-2000:]  # SIGKILL at the end of step 3, checkpoint at 2
     assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
+    # logged live through DVCLive, step by step: steps 1 and 2 (killed before step 3's log)
+    assert [r["step"] for r in read_history(killed / CURVES_DIR)] == [1, 2]
     second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     assert json.loads((killed / "result.json").read_text())["resumed_from"] == 2
     a, b = _final(straight), _final(killed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (killed / "loss.csv").read_text() == (straight / "loss.csv").read_text()  # the curve continues
+    assert _curve_files(killed) == _curve_files(straight)  # the curve continues
+    assert [r["step"] for r in read_history(straight / CURVES_DIR)] == [1, 2, 3, 4]
+    assert read_summary(killed / CURVES_DIR)["loss"] == result.final_loss
 
 
 def test_a_run_killed_after_its_last_checkpoint_reruns_to_the_same_model(tmp_path, tok):
@@ -105,14 +116,14 @@ def test_a_run_killed_after_its_last_checkpoint_reruns_to_the_same_model(tmp_pat
     cfg = dataclasses.replace(TINY_SFT, max_steps=1, batch_size=2, grad_accum=1, checkpoint_every=48, keep_checkpoints=1)
     straight = tiny_model(tok)
     first = train_sft(straight, tok, examples(tok), cfg, tmp_path, seed=0, precision="fp32")
-    curve = (tmp_path / "loss.csv").read_text()
+    curve = _curve_files(tmp_path)
     assert first.steps == 1 and [p.name for p in tmp_path.glob("checkpoint-*")] == ["checkpoint-1"]
 
     resumed = tiny_model(tok)  # a fresh process's model: the base weights again
     again = train_sft(resumed, tok, examples(tok), cfg, tmp_path, seed=0, precision="fp32")
     assert again.resumed_from == 1 and again.steps == 1, again
     assert (again.final_loss, again.tokens) == (first.final_loss, first.tokens)
-    assert (tmp_path / "loss.csv").read_text() == curve
+    assert _curve_files(tmp_path) == curve
     a, b = straight.state_dict(), resumed.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -159,8 +170,9 @@ def test_warm_start_on_smollm2_lowers_the_loss_and_keeps_the_prompt_style(tmp_pa
     exs, left_out = agent_examples(kept, "reasoning", tok, params)
     assert len(exs) == 16 and not left_out
     result, _ = warm_agent("reasoning", kept, params, state_dir=tmp_path / "state", out_model=tmp_path / "reason_0",
-                           loss_path=tmp_path / "loss.csv", model_tokenizer=(model, tok))
+                           curves_dir=tmp_path / "loss", model_tokenizer=(model, tok))
     assert result.steps == 6 and result.final_loss < result.first_loss
+    assert [r["loss"] for r in read_history(tmp_path / "loss")] == [r["loss"] for r in result.losses]
     pad = tok.pad_token_id
     loss_before, loss_after = _mean_loss(before, exs, pad), _mean_loss(model, exs, pad)
     assert loss_after < 0.7 * loss_before, (loss_before, loss_after)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
@@ -18,18 +17,9 @@ from factrl.rewards.haris import reasoning_reward
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
 from factrl.rl.params import GRPOParams
-from factrl.rl.trainer import (
-    GRPOTrainer,
-    checkpoints,
-    collate,
-    draw_prompts,
-    part_rates,
-    prompt_strata,
-    response_logits,
-    sample_step,
-    step_prompts,
-    train,
-)
+from factrl.rl.sampling import draw_prompts, prompt_strata, sample_step, step_prompts
+from factrl.rl.step_log import part_rates, read_history
+from factrl.rl.trainer import CURVES_DIR, GRPOTrainer, checkpoints, collate, response_logits, train
 from tests.rl.tiny import (
     DYNAMIC_CFG,
     TINY_CFG,
@@ -203,9 +193,15 @@ def test_reward_parts_become_rate_columns():
     assert part_rates([1.0, 0.0]) == {}  # plain-float rewards have no parts
 
 
-def _rows(path):
-    with open(path) as f:
-        return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(f)]
+def _rows(out_dir):
+    """The run's curves (its DVCLive directory) as rows, timings left out."""
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in read_history(Path(out_dir) / CURVES_DIR)]
+
+
+def _curve_files(out_dir):
+    """The text of each non-timing curve file, by name: what `dvc plots` reads."""
+    plots = Path(out_dir) / CURVES_DIR / "plots" / "metrics"
+    return {p.stem: p.read_text() for p in sorted(plots.glob("*.tsv")) if p.stem not in TIMING}
 
 
 def _weights(out_dir):
@@ -227,12 +223,13 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, dynamic):
     cmd = [sys.executable, "-m", "tests.rl.tiny", str(killed)] + (["--dynamic"] if dynamic else [])
     first = subprocess.run([*cmd, "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == -9, first.stderr[-2000:]  # SIGKILL after step 3, checkpoint at 2
-    assert len(_rows(killed / "metrics.csv")) == 3
+    assert len(_rows(killed)) == 3
     assert [p.name for p in checkpoints(killed / "checkpoints")] == ["step-000002"]
     second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
 
-    assert _rows(killed / "metrics.csv") == _rows(straight / "metrics.csv")
+    assert _rows(killed) == _rows(straight) and len(_rows(straight)) == 4
+    assert _curve_files(killed) == _curve_files(straight)
     a, b = _weights(straight), _weights(killed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert _weights(straight)["model.embed_tokens.weight"].abs().sum() > 0
@@ -247,7 +244,7 @@ def test_raising_steps_continues_the_run_and_lowering_them_does_not_reuse_later_
     assert [r["step"] for r in run(str(extended), cfg=replace(TINY_CFG, steps=2))] == [1, 2]
     rows = run(str(extended))
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert _rows(extended / "metrics.csv") == _rows(straight / "metrics.csv")
+    assert _rows(extended) == _rows(straight)
     a, b = _weights(straight), _weights(extended)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -339,7 +336,7 @@ def test_dynamic_sampling_with_no_mixed_group_skips_the_update_but_logs_the_step
     assert [r["step"] for r in rows] == [1, 2] and len(calls) == 4
     assert all(r["kept_groups"] == 0 and r["updates"] == 0 and r["uniform_group_rate"] == 1.0 for r in rows)
     assert all(torch.equal(v, before[k]) for k, v in tiny.state_dict().items())
-    assert _rows(tmp_path / "none" / "metrics.csv")[1]["kept_groups"] == "0.0"
+    assert _rows(tmp_path / "none")[1]["kept_groups"] == 0.0
 
 
 def test_a_step_with_only_uniform_groups_makes_no_update(tok, tiny, tmp_path):
@@ -413,7 +410,7 @@ def test_balance_by_reads_an_attribute_of_object_prompts():
 def test_joint_parts_train_each_role_in_its_own_group():
     from types import SimpleNamespace
 
-    from factrl.rl.trainer import joint_parts
+    from factrl.rl.sampling import joint_parts
 
     plain = SimpleNamespace(name="plain")
     episode = SimpleNamespace(parts=[("solver", "y"), ("checker", "lambda")])

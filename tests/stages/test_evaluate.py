@@ -54,9 +54,10 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
         "per_hop": 4, "retrieval_mode": "bm25", "n_boot": 100, "trace_claims": 2,  # all four systems
     }
     _write_params(tiny_world / "params.yaml", evaluate)
-    train = tiny_world / "metrics" / "train"
-    train.mkdir(parents=True)
-    (train / "reason_r1.csv").write_text("step,reward_mean,loss\n1,0.2,0.5\n2,0.4,0.4\n")
+    from factrl.rl.step_log import write_history
+
+    write_history([{"step": 1, "reward_mean": 0.2, "loss": 0.5}, {"step": 2, "reward_mean": 0.4, "loss": 0.4}],
+                  tiny_world / "metrics" / "train" / "reason_r1")  # a training run's DVCLive curves
     out = stage.main("params.yaml", llm_loader=lambda spec: ScriptedLLM())
 
     metrics = json.loads((tiny_world / "metrics" / "eval.json").read_text())
@@ -194,10 +195,12 @@ def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
 
 
 def test_reward_points_from_training_metrics(tmp_path):
-    (tmp_path / "search_2").mkdir()
-    (tmp_path / "search_2" / "metrics.csv").write_text("step,reward_mean\n1,0.1\n2,0.3\n")
-    (tmp_path / "reason_r1.csv").write_text("step,reward_mean\n1,0.5\n")
-    (tmp_path / "notes.csv").write_text("step,reward_mean\n1,9\n")  # no agent in the name: ignored
+    from factrl.rl.step_log import write_history
+
+    write_history([{"step": 1, "reward_mean": 0.1}, {"step": 2, "reward_mean": 0.3}], tmp_path / "search_r2")
+    write_history([{"step": 1, "reward_mean": 0.5}], tmp_path / "reason_r1")
+    write_history([{"step": 1, "reward_mean": 9.0}], tmp_path / "notes")  # no agent in the name: ignored
+    (tmp_path / "reason_r3.csv").write_text("step,reward_mean\n1,0.5\n")  # not a DVCLive directory: ignored
     points = stage.reward_points(tmp_path)
     assert points == [{"agent": "reason", "round": 1, "step": 1, "reward": 0.5},
                       {"agent": "search", "round": 2, "step": 1, "reward": 0.1},

@@ -39,6 +39,22 @@ def test_equal_saves_and_a_rerun_s_cache_counters_compare_equal_and_real_differe
     assert not got_cmp["equal"] and got_cmp["differ_in_timings_only"] == []
 
 
+def test_dvclive_timing_curves_compare_equal_and_other_curves_do_not(tmp_path):
+    """A training run's DVCLive curves are one TSV per metric: a timing's (step_time.tsv) may differ
+    between equal runs, a result's (reward_mean.tsv) may not."""
+    ref, got = tmp_path / "ref", tmp_path / "got"
+    curves = "metrics/train/reason_r1/plots/metrics"
+    for d, t in ((ref, 1.5), (got, 2.5)):
+        (d / curves).mkdir(parents=True)
+        (d / curves / "step_time.tsv").write_text(f"step\tstep_time\n1\t{t}\n")
+        (d / curves / "reward_mean.tsv").write_text("step\treward_mean\n1\t0.5\n")
+    timing = {f"{curves}/step_time.tsv": "a"}, {f"{curves}/step_time.tsv": "b"}
+    assert sk.compare(*timing, reference_dir=ref, repo=got)["equal"]
+    (got / curves / "reward_mean.tsv").write_text("step\treward_mean\n1\t0.75\n")
+    result = {f"{curves}/reward_mean.tsv": "a"}, {f"{curves}/reward_mean.tsv": "b"}
+    assert not sk.compare(*result, reference_dir=ref, repo=got)["equal"]
+
+
 def assert_survived(stage: str, record: dict) -> None:
     for name, got in record["kills"].items():
         assert got["killed_returncode"] == -9, (stage, name, got)  # the kill hit the running stage

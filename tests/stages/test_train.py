@@ -8,7 +8,6 @@ the tiny world with a tiny random policy and SIGKILLs itself after step KILL_AFT
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 import signal
@@ -25,6 +24,7 @@ from factrl.llm.backends import open_llm
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams
 from factrl.rl.runs import RunResult
+from factrl.rl.step_log import read_history, read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 # no weight decay: it alone moves every weight, so "the weights moved" would not show a policy gradient
@@ -74,11 +74,6 @@ def retriever(world):
 def _weights_changed(before: dict, model) -> bool:
     after = model.state_dict()
     return any(not before[k].equal(after[k]) for k in before)
-
-
-def _read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 class Wrapped:
@@ -163,14 +158,14 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = train_search(qa_table(claims), "init", retriever, SearchTrainParams(**params),
                        state_dir=tmp_path / "ck_s", out_model=tmp_path / "models" / "search_1",
-                       metrics_path=tmp_path / "m" / "search_r1.csv", model_tokenizer=(model, tok))
+                       curves_dir=tmp_path / "m" / "search_r1", model_tokenizer=(model, tok))
     assert [r["step"] for r in res.rows] == list(range(1, steps + 1)) and not res.resumed
     assert all(r["uniform_group_rate"] < 1 for r in res.rows)  # every step had a reward signal
     assert _weights_changed(before, model)
     out = tmp_path / "models" / "search_1"
     assert (out / "config.json").exists() and (out / "model.safetensors").exists()
     assert (out / "tokenizer.json").exists() and (out / "factrl_train.json").exists()
-    rows = _read_csv(tmp_path / "m" / "search_r1.csv")
+    rows = read_history(tmp_path / "m" / "search_r1")
     assert len(rows) == steps and {"reward_mean", "format_valid_rate", "kl", "tool_calls"} <= set(rows[0])
     assert all(0.0 <= float(r["reward_mean"]) <= 1.0 for r in rows)
     assert not (tmp_path / "ck_s" / "checkpoints").exists()
@@ -180,12 +175,12 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     before2 = {k: v.clone() for k, v in model2.state_dict().items()}
     rp = ReasonTrainParams(**params, search_max_turns=1, search_max_new_tokens=12)
     res = train_reason(claims, "init", str(out), retriever, rp, state_dir=tmp_path / "ck_r",
-                       out_model=tmp_path / "models" / "reason_1", metrics_path=tmp_path / "m" / "reason_r1.csv",
+                       out_model=tmp_path / "models" / "reason_1", curves_dir=tmp_path / "m" / "reason_r1",
                        search_llm=search_llm, model_tokenizer=(model2, tok2))
     assert len(res.rows) == steps and _weights_changed(before2, model2)
     assert all(r["uniform_group_rate"] < 1 for r in res.rows)
     assert (tmp_path / "models" / "reason_1" / "model.safetensors").exists()
-    rows = _read_csv(tmp_path / "m" / "reason_r1.csv")
+    rows = read_history(tmp_path / "m" / "reason_r1")
     assert len(rows) == steps
     assert [float(r["tool_calls"]) for r in rows] == [1.0] * steps  # one question per rollout (max_turns 1)
     # every rollout of every step (prompts_per_step x group_size) had its question answered by L_1
@@ -263,7 +258,7 @@ def _tiny_run(out: Path, kill_after: int | None, **params) -> RunResult:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return train_search(qa_table(claims), "tiny-random", Retriever(index, mode="bm25"), SearchTrainParams(**(TINY | params)),
-                        state_dir=out / "ck", out_model=out / "model", metrics_path=out / "metrics.csv",
+                        state_dir=out / "ck", out_model=out / "model", curves_dir=out / "curves",
                         model_tokenizer=(model, tok), on_step=on_step)
 
 
@@ -306,8 +301,8 @@ def test_killed_training_resumes_to_the_uninterrupted_result(tmp_path):
     a, b = load_file(tmp_path / "ref" / "model" / "model.safetensors"), load_file(tmp_path / "run" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     drop = {"rollout_time", "reward_time", "train_time", "step_time"}
-    strip = [{k: v for k, v in r.items() if k not in drop} for r in _read_csv(tmp_path / "ref" / "metrics.csv")]
-    assert strip == [{k: v for k, v in r.items() if k not in drop} for r in _read_csv(tmp_path / "run" / "metrics.csv")]
+    strip = [{k: v for k, v in r.items() if k not in drop} for r in read_history(tmp_path / "ref" / "curves")]
+    assert strip == [{k: v for k, v in r.items() if k not in drop} for r in read_history(tmp_path / "run" / "curves")]
 
 
 if __name__ == "__main__":
@@ -344,9 +339,9 @@ def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
     model = tiny_model(tok)
     empty = qa_table(claims).slice(0, 0)
     res = train_search(empty, "init", retriever, SearchTrainParams(**SHORT), state_dir=tmp_path / "ck",
-                       out_model=tmp_path / "search_2", metrics_path=tmp_path / "m.csv", model_tokenizer=(model, tok))
+                       out_model=tmp_path / "search_2", curves_dir=tmp_path / "curves", model_tokenizer=(model, tok))
     assert res.rows == []
     saved = load_file(tmp_path / "search_2" / "model.safetensors")
     assert all(saved[k].equal(v) for k, v in model.state_dict().items() if k in saved)
-    assert (tmp_path / "m.csv").read_text() == "step,reward_mean\n"
+    assert read_history(tmp_path / "curves") == [] and read_summary(tmp_path / "curves") == {}  # DVC's outs exist
     assert (tmp_path / "ck" / "fingerprint.json").exists()  # the persisted DVC out exists

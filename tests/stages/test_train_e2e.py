@@ -6,7 +6,6 @@ Slow (real SmolLM2 in every stage, a Prefect fan-out in synthesis): minutes on 2
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pyarrow.parquet as pq
@@ -14,6 +13,7 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
+from factrl.rl.step_log import read_history
 from tests.pipeline_repo import make_pipeline_repo
 
 
@@ -38,8 +38,7 @@ def test_tiny_profile_runs_end_to_end(tmp_path, repo_root, monkeypatch):
     for agent in ("search", "reason"):
         for r in (1, 2):
             assert (repo / "models" / f"{agent}_{r}" / "model.safetensors").exists()
-            with open(repo / "metrics" / "train" / f"{agent}_r{r}.csv", newline="") as f:
-                rows = list(csv.DictReader(f))
+            rows = read_history(repo / "metrics" / "train" / f"{agent}_r{r}")  # the run's DVCLive curves
             steps = tiny["train"]["search" if agent == "search" else "reasoning"]["steps"]
             if agent == "search" and pq.read_metadata(repo / "qa" / f"qa_r{r}.parquet").num_rows == 0:
                 steps = 0  # the untrained agent asked no question: L_r = L_prev, nothing to train on

@@ -111,7 +111,7 @@ def test_one_stage_end_to_end_records_failures_wall_time_and_memory(tmp_path, mo
     stage = M2RStageParams(id=1, prev=0, segment="m2r_stage1", format=1)
     out = train_m2r(claims, claims, Retriever(index, mode="bm25"), params, stage, init_model="smollm2-135m",
                     state_dir=tmp_path / "ck" / "m2r_r1", out_model=tmp_path / "models" / "m2r_1",
-                    metrics_path=tmp_path / "metrics" / "m2r_r1.csv",
+                    curves_dir=tmp_path / "metrics" / "m2r_r1",
                     results_path=tmp_path / "metrics" / "m2r" / "train_r1.json",
                     model_tokenizer=(tiny_model(tok), tok))
     saved = json.loads((tmp_path / "metrics" / "m2r" / "train_r1.json").read_text())

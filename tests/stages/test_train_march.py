@@ -137,7 +137,7 @@ def test_tiny_run_end_to_end_records_curves_failures_time_and_memory(tmp_path):
     assert set(results["before"]["format_failures"]) == {"solver", "proposer", "checker"}
     assert sum(results["training"]["format_failures"].values()) > 0  # this random model writes no valid role
     assert (tmp_path / "march" / "model_s0" / "config.json").is_file()
-    assert (tmp_path / "metrics" / "train" / "march_s0.csv").is_file()
+    assert (tmp_path / "metrics" / "train" / "march_s0" / "plots" / "metrics" / "reward_mean.tsv").is_file()
 
 @pytest.mark.slow
 def test_tiny_run_on_the_verl_backend(tmp_path, repo_root, monkeypatch):

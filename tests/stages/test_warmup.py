@@ -4,7 +4,6 @@ both are the base model as it is."""
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pyarrow.parquet as pq
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from factrl.data.schemas import REFERENCES, REFERENCES_REJECTED, validate
+from factrl.rl.step_log import read_history, read_summary
 from tests.rl.tiny import tiny_model, tokenizer
 
 
@@ -61,8 +61,9 @@ def test_warmup_fine_tunes_both_agents_and_reports_it(stage_dir):
         assert sft["steps"] == 2 and sft["examples"] == agents.count(agent) and sft["precision"] == "fp32"
         assert sft["tokens"] > 0 and sft["tokens_per_s"] > 0 and sft["wall_s"] > 0
         assert sft["final_loss"] is not None and sft["first_loss"] is not None
-        with open(stage_dir / "warmup" / f"loss_{agent}.csv", newline="") as f:
-            assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2]
+        curves = stage_dir / "warmup" / f"loss_{agent}"  # the DVCLive directory dvc.yaml's plots name
+        assert [r["step"] for r in read_history(curves)] == [1, 2]
+        assert read_summary(curves)["loss"] == sft["final_loss"] and read_summary(curves)["step"] == 2
         model_dir = stage_dir / "models" / name
         assert _config(model_dir)["factrl_prompt"] == "short"
         info = json.loads((model_dir / "factrl_train.json").read_text())
@@ -79,7 +80,7 @@ def test_warmup_off_leaves_the_base_model(stage_dir):
     for name in ("reason_0", "search_0"):
         assert "factrl_prompt" not in _config(stage_dir / "models" / name)  # prompted as the base model
     assert pq.read_metadata("warmup/references.parquet").num_rows == 0
-    assert (stage_dir / "checkpoints" / "warmup").is_dir() and (stage_dir / "warmup" / "loss_search.csv").exists()
+    assert (stage_dir / "checkpoints" / "warmup").is_dir() and (stage_dir / "warmup" / "loss_search" / "plots" / "metrics").is_dir()
 
 
 def test_world_source_without_gold_chains_says_what_to_use(stage_dir):

@@ -30,7 +30,7 @@ def make_judge(params: SearchTrainParams):
 
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
-                 out_model: Path, metrics_path: Path, judge=None, model_tokenizer=None, on_step=None) -> RunResult:
+                 out_model: Path, curves_dir: Path, judge=None, model_tokenizer=None, on_step=None) -> RunResult:
     """L_prev -> L_r on the answered pairs of ``qa`` (``retriever`` has ``search(queries, k)``)."""
     items = haris_rounds.search_prompts(qa, params)
     judge = judge if judge is not None else make_judge(params)
@@ -42,12 +42,12 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
 
     return runs.run_agent_training(
         agent="search", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
-        state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
+        state_dir=state_dir, out_model=out_model, curves_dir=curves_dir,
         extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
 
 
 def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever, params: ReasonTrainParams, *,
-                 state_dir: Path, out_model: Path, metrics_path: Path, search_llm=None, model_tokenizer=None,
+                 state_dir: Path, out_model: Path, curves_dir: Path, search_llm=None, model_tokenizer=None,
                  on_step=None) -> RunResult:
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``)."""
@@ -73,14 +73,14 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
 
         return runs.run_agent_training(
             agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
-            state_dir=state_dir, out_model=out_model, metrics_path=metrics_path,
+            state_dir=state_dir, out_model=out_model, curves_dir=curves_dir,
             extra_fingerprint={"search_model": model_digest(search_model)},
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 
 def run_train_search(round_id: int, params_file: str = "params.yaml", backend: str | None = None) -> RunResult:
     """Stage ``train_search@<round_id>`` in the current directory (a checkout's layout): qa/qa_r<id>.parquet
-    and index/ in, models/search_<id> and metrics/train/search_r<id>.csv out; on ``backend`` (default:
+    and index/ in, models/search_<id> and metrics/train/search_r<id>/ out; on ``backend`` (default:
     params ``train.backend``)."""
     import pyarrow.parquet as pq
 
@@ -100,14 +100,14 @@ def run_train_search(round_id: int, params_file: str = "params.yaml", backend: s
     result = train_search(
         qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
-        metrics_path=Path("metrics") / "train" / f"search_r{rnd.id}.csv")
+        curves_dir=Path("metrics") / "train" / f"search_r{rnd.id}")
     print(runs.summary_line(f"train_search@{rnd.id}", result))
     return result
 
 
 def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: str | None = None) -> RunResult:
     """Stage ``train_reason@<round_id>`` in the current directory: segments/<segment>.parquet, index/ and
-    models/search_<id> in, models/reason_<id> and metrics/train/reason_r<id>.csv out; on ``backend``
+    models/search_<id> in, models/reason_<id> and metrics/train/reason_r<id>/ out; on ``backend``
     (default: params ``train.backend``)."""
     from factrl.config import load_section
     from factrl.retrieval.index import Retriever
@@ -124,6 +124,6 @@ def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: s
         claims, str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
-        metrics_path=Path("metrics") / "train" / f"reason_r{rnd.id}.csv")
+        curves_dir=Path("metrics") / "train" / f"reason_r{rnd.id}")
     print(runs.summary_line(f"train_reason@{rnd.id}", result))
     return result

@@ -122,9 +122,9 @@ def warmup_params(p: M2RParams) -> WarmupParams:
 
 
 def warm_start(items: list[dict], p: M2RParams, macro_tool: m2r.MacroTool, *, state_dir: Path,
-               out_model: Path, loss_path: Path, model_tokenizer: tuple | None = None) -> dict:
+               out_model: Path, curves_dir: Path, model_tokenizer: tuple | None = None) -> dict:
     """The base model fine-tuned on reference M2R trajectories of ``items`` (demo-world gold chains)
-    into ``out_model`` (losses per step in ``loss_path``); returns the summary (references,
+    into ``out_model`` (the loss curve in the DVCLive directory ``curves_dir``); returns the summary (references,
     rejections, the fine-tuning's figures). Resumes from ``state_dir``."""
     from factrl.data import reference
     from factrl.recipes import warmup
@@ -137,7 +137,7 @@ def warm_start(items: list[dict], p: M2RParams, macro_tool: m2r.MacroTool, *, st
                          f"(rejected: {dict(Counter(r['reason'] for r in rejected))}); it needs demo-world claims")
     start = time.perf_counter()
     result, left_out = warmup.warm_agent(AGENT, kept, warmup_params(p), state_dir=state_dir, out_model=out_model,
-                                         loss_path=loss_path,
+                                         curves_dir=curves_dir,
                                          model_tokenizer=model_tokenizer, sft=p.sft)
     return {"references": len(kept), "rejected": dict(Counter(r["reason"] for r in rejected)),
             **warmup.sft_summary(result, left_out), "wall_s": time.perf_counter() - start}
@@ -149,7 +149,7 @@ def warm_start(items: list[dict], p: M2RParams, macro_tool: m2r.MacroTool, *, st
 
 
 def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, stage: M2RStageParams, *,
-                state_dir: Path, out_model: Path, metrics_path: Path, model_tokenizer: tuple | None = None,
+                state_dir: Path, out_model: Path, curves_dir: Path, model_tokenizer: tuple | None = None,
                 on_step=None) -> tuple[runs.RunResult, dict]:
     """GRPO of M2R from ``init_model`` on ``items`` with stage ``stage``'s format; returns the run and
     what the results file records (steps, final row, format failures by reason)."""
@@ -164,7 +164,7 @@ def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, sta
 
     run = runs.run_agent_training(
         agent=AGENT, init_model=init_model, items=chosen, cfg=p, make_fns=make_fns, state_dir=state_dir,
-        out_model=out_model, metrics_path=metrics_path, extra_fingerprint={"stage": dataclasses.asdict(stage)},
+        out_model=out_model, curves_dir=curves_dir, extra_fingerprint={"stage": dataclasses.asdict(stage)},
         model_tokenizer=model_tokenizer, on_step=on_step)
     total = failures.pop("total", 0)
     record = {"stage": dataclasses.asdict(stage), "prompts": len(chosen), "steps": len(run.rows),

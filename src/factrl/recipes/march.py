@@ -10,7 +10,7 @@ The reward is an ``episode`` reward of the march family (``factrl.rewards.march`
 (:func:`episode_reward`) and called with the episode's claims (``MarchEpisode.claims``); nothing here
 knows which one it is. Each training episode trains as its
 solver trajectory and its first checker sample (``train_roles``), each role in its own GRPO group per
-question (``factrl.rl.trainer.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
+question (``factrl.rl.sampling.joint_parts``). GRPO stands in for the paper's PPO with GAE (see
 ``TrainMarchParams``). With ``anchor_question`` the checker also answers the asked question, so an
 answer is held to its question, not only to the facts it chose to state.
 
@@ -260,7 +260,7 @@ def evaluate(llm, items: Sequence[agent.MarchItem], p: TrainMarchParams) -> dict
 # --------------------------------------------------------------------------------------------
 
 
-def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, metrics_path: Path,
+def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, curves_dir: Path,
         model_tokenizer: tuple | None = None, on_step: Callable[[dict], None] | None = None) -> dict:
     """One MARCH run with ``p`` (its ``seed`` already the run's): warm start (when ``p.warmup``),
     evaluation, GRPO into ``out_model``, evaluation. Returns the results (see the module docstring).
@@ -298,12 +298,12 @@ def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, metrics_path: 
         from factrl.recipes import march_verl
 
         result = march_verl.train(p, [to_item(r) for r in train_rows], init_model=init, out_model=out_model,
-                                  metrics_path=metrics_path, work_dir=state_dir / "verl")
+                                  curves_dir=curves_dir, work_dir=state_dir / "verl")
         model, tok = load_model_and_tokenizer(str(out_model), device=device)
     else:
         result = run_agent_training(agent="march", init_model=init, items=[to_item(r) for r in train_rows], cfg=p,
                                     make_fns=make_fns, state_dir=state_dir / "grpo", out_model=out_model,
-                                    metrics_path=metrics_path, model_tokenizer=(model, tok), on_step=on_step)
+                                    curves_dir=curves_dir, model_tokenizer=(model, tok), on_step=on_step)
     after = evaluate(LocalLLM(model_obj=model, tokenizer=tok, precision=p.precision), held, p)
     print(f"train_march: after: hallucination {after['hallucination_rate']:.2f}, accuracy "
           f"{after['accuracy']:.2f}, proposals {after['proposals_per_answer']:.2f}", flush=True)

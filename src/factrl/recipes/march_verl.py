@@ -129,7 +129,7 @@ class MarchAgentLoop(FactrlAgentLoop):
 # the stage on verl
 # --------------------------------------------------------------------------------------------
 
-def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path: Path, work_dir: Path,
+def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, curves_dir: Path, work_dir: Path,
          device: str = "cuda"):
     """The verl run of one ``train_march`` seed (paths absolute: Ray workers run elsewhere); no side effect."""
     work_dir = Path(work_dir).resolve()
@@ -138,7 +138,7 @@ def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path:
                              "anchor_question": p.anchor_question}}
     vp = verl_run.VerlPlan(
         stage=f"train_march@{p.seed}", agent=MARCH, cfg=p, init_model=init_model, out_model=Path(out_model).resolve(),
-        metrics_path=Path(metrics_path).resolve(), work_dir=work_dir, tools=[],
+        curves_dir=Path(curves_dir).resolve(), work_dir=work_dir, tools=[],
         loops={MARCH: (LOOP_CLASS, loop_config)}, overrides=[], servers=[], env={},
         make_rows=lambda items: [march_row(i, it) for i, it in enumerate(items)])
     # the reward is scored in the loop (rm_scores); verl still wants a reward function configured
@@ -152,9 +152,9 @@ def plan(p: TrainMarchParams, *, init_model: str, out_model: Path, metrics_path:
 
 
 def train(p: TrainMarchParams, items: list[agent.MarchItem], *, init_model: str, out_model: Path,
-          metrics_path: Path, work_dir: Path):
+          curves_dir: Path, work_dir: Path):
     """GRPO of the solver on verl from ``init_model`` into ``out_model`` (resumes from verl's checkpoints)."""
-    return verl_run.run(plan(p, init_model=init_model, out_model=out_model, metrics_path=metrics_path,
+    return verl_run.run(plan(p, init_model=init_model, out_model=out_model, curves_dir=curves_dir,
                              work_dir=work_dir), items)
 
 

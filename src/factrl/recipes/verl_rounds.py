@@ -13,7 +13,7 @@ For ``train_search@r`` / ``train_reason@r``:
    ``index/``; for the reasoning agent L_r on its own ``vllm serve`` through ``factrl serve-agent``,
    as the paper serves it), runs ``main_ppo`` (which resumes from its own checkpoints after a kill),
    merges verl's last checkpoint into ``models/<agent>_<r>`` (Hugging Face format, atomically) and
-   turns verl's metrics into ``metrics/train/<agent>_r<id>.csv``. DVC's graph does not change.
+   turns verl's metrics into ``metrics/train/<agent>_r<id>/`` (DVCLive). DVC's graph does not change.
 
 The plan and the run are generic (:mod:`factrl.rl.verl_run`, which MARCH's verl recipe uses too);
 this module holds what is HARIS's: the two agents' specs, their rows and their plans.
@@ -134,7 +134,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
     p = VerlPlan(
         stage=f"train_{spec.name}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
         out_model=models_dir / f"{spec.name}_{rnd.id}",
-        metrics_path=(Path(metrics_dir) / f"{spec.name}_r{rnd.id}.csv").resolve(), work_dir=work_dir,
+        curves_dir=(Path(metrics_dir) / f"{spec.name}_r{rnd.id}").resolve(), work_dir=work_dir,
         tools=[(spec.tool_class, tool_config)], loops={spec.loop: (spec.loop_class, {"rollout": rollout})},
         overrides=[], servers=servers, env={}, make_rows=functools.partial(agent_rows, agent),
         search_model=search_model)

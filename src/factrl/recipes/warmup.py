@@ -42,7 +42,7 @@ from factrl.model_names import checkpoint_of
 from factrl.recipes.warmup_params import WarmupParams
 from factrl.rl.params import SFTParams
 from factrl.rl.runs import fingerprint, prepare_state_dir, save_model
-from factrl.rl.sft import LOSS_FILE, SFTResult, sft_example, train_sft
+from factrl.rl.sft import SFTResult, sft_example, train_sft
 
 # the agents by their role, the tag of their rows and files here (references' agent column, loss_<role>.csv);
 # their models are models/<name>_0 (factrl.agents.registry: reasoning -> reason)
@@ -162,10 +162,11 @@ def save_base_agents(base_model: str, models_dir: Path, round_id: int = 0) -> No
 
 
 def warm_agent(agent: str, rows: Sequence[dict], params: WarmupParams, *, state_dir: Path, out_model: Path,
-               loss_path: Path, model_tokenizer: tuple | None = None,
+               curves_dir: Path, model_tokenizer: tuple | None = None,
                sft: SFTParams | None = None) -> tuple[SFTResult, Counter]:
     """Fine-tune the base model on ``agent``'s references into ``out_model`` (prompt style recorded
-    in its config); the per-step losses go to ``loss_path`` (CSV). Resumes from ``state_dir``.
+    in its config); the per-step losses are logged with DVCLive to ``curves_dir``
+    (:func:`factrl.rl.sft.train_sft`). Resumes from ``state_dir``.
     ``sft``: the fine-tuning settings (default: ``params.<agent>``, the warmup section's)."""
     from factrl.llm.models import load_model_and_tokenizer
 
@@ -178,9 +179,7 @@ def warm_agent(agent: str, rows: Sequence[dict], params: WarmupParams, *, state_
         "agent": agent, "examples": examples_digest(examples), "seed": params.seed, "precision": params.precision})
     prepare_state_dir(state_dir, digest)
     result = train_sft(model, tokenizer, [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in examples],
-                       cfg, state_dir / "trainer", seed=params.seed, precision=params.precision)
-    loss_path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(state_dir / "trainer" / LOSS_FILE, loss_path)
+                       cfg, state_dir / "trainer", seed=params.seed, precision=params.precision, curves_dir=curves_dir)
     setattr(model.config, haris.PROMPT_KEY, params.prompt)
     save_model(model, tokenizer, out_model, {
         "agent": agent, "base_model": params.base_model, "warm_start": True, "source": params.source,
@@ -218,7 +217,7 @@ def warm_start(kept: list[dict], params: WarmupParams, *, state_dir: Path, model
         name = MODEL_NAMES[agent]
         result, left_out = warm_agent(agent, kept, params, state_dir=state_dir / name,
                                       out_model=models_dir / checkpoint_of(name, 0).name,
-                                      loss_path=loss_dir / f"loss_{agent}.csv")
+                                      curves_dir=loss_dir / f"loss_{agent}")
         out[agent] = sft_summary(result, left_out) | {"stage_wall_s": time.perf_counter() - start}
         print(f"warmup: {agent} agent {result.steps} steps on {result.examples} examples, loss "
               f"{result.first_loss:.3f} -> {result.final_loss:.3f}, {result.tokens_per_s:.1f} tokens/s "

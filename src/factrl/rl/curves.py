@@ -1,4 +1,5 @@
-"""Summarise training curves (metrics/train/*.csv): how reward, format and accuracy moved.
+"""Summarise training curves (metrics/train/<run>/, DVCLive directories): how reward, format and
+accuracy moved.
 
 Per-step means over a handful of rollouts are noisy, so each run is summarised as the mean of
 its first half of steps against the mean of its second half; ``--block N`` prints a table of
@@ -11,13 +12,13 @@ rollout and the share of groups whose rewards were all equal (no GRPO signal).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
 from pathlib import Path
 
 from factrl.eval.report import markdown_table
+from factrl.rl.step_log import curve_dirs, read_history
 
 COLUMNS = ("reward_mean", "format_valid_rate", "correct_rate", "useful_rate")
 BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kept_groups", "sampling_draws", "kl", "response_length",
@@ -33,15 +34,15 @@ def halves(values: list[float]) -> tuple[float, float]:
 
 
 def read_curve(path: Path) -> list[dict[str, float]]:
-    """The rows of one curve file, numeric cells only (a column a run did not log is absent)."""
-    with path.open(newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in (None, "")} for row in csv.DictReader(f)]
+    """The rows of one run's DVCLive directory (:func:`factrl.rl.step_log.read_history`), numeric
+    cells only (a column a run did not log at a step is absent)."""
+    return [{k: float(v) for k, v in row.items() if isinstance(v, (int, float))} for row in read_history(path)]
 
 
 def summarize(path: Path) -> str:
     """One line: ``name: N steps, reward_mean a -> b, format_valid_rate c -> d, ...``."""
     rows = read_curve(path)
-    parts = [f"{path.stem}: {len(rows)} steps"]
+    parts = [f"{path.name}: {len(rows)} steps"]
     for col in COLUMNS:
         values = [r[col] for r in rows if col in r]
         if values:
@@ -56,7 +57,7 @@ def block_table(path: Path, block: int) -> str:
         raise ValueError(f"block must be >= 1, got {block}")
     rows = read_curve(path)
     if not rows:
-        return f"{path.stem}: 0 steps"
+        return f"{path.name}: 0 steps"
     cols = [c for c in BLOCK_COLUMNS if any(c in r for r in rows)]
     body = []
     for start in range(0, len(rows), block):
@@ -66,15 +67,15 @@ def block_table(path: Path, block: int) -> str:
             values = [r[col] for r in chunk if col in r]
             cells.append(f"{statistics.fmean(values):.3g}" if values else "")
         body.append(cells)
-    return f"{path.stem}: {len(rows)} steps\n" + markdown_table(["steps", *cols], body)
+    return f"{path.name}: {len(rows)} steps\n" + markdown_table(["steps", *cols], body)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="factrl train-summary", description=__doc__.splitlines()[0])
-    parser.add_argument("root", nargs="?", default="metrics/train", help="directory of curve CSVs")
+    parser.add_argument("root", nargs="?", default="metrics/train", help="directory of runs' curve directories")
     parser.add_argument("--block", type=int, default=0, help="print means over blocks of this many steps")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    paths = sorted(Path(args.root).glob("*.csv"))
+    paths = curve_dirs(Path(args.root))
     if not paths:
         print(f"no training curves under {args.root}", file=sys.stderr)
         return 1

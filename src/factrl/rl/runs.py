@@ -4,7 +4,8 @@ shares (HARIS's rounds, M2R, MARCH, the warm start, SC-MAKS's provenance), whate
 :func:`run_agent_training` wraps :func:`factrl.rl.trainer.train` with a fingerprint of the run's
 inputs (:func:`fingerprint`: params, initial weights, prompts, extras) in the (DVC ``persist``) state
 directory (:func:`prepare_state_dir`), so a killed stage resumes from its last checkpoint while a
-changed input starts over; per-step metrics copied to the DVC plots file; and the final policy saved
+changed input starts over; per-step curves logged with DVCLive into the run's curves directory
+(:mod:`factrl.rl.step_log`: the DVC plots and metrics files); and the final policy saved
 in Hugging Face format with an atomic rename (:func:`save_model`). A run with no prompts passes its
 model on unchanged (:func:`pass_on_unchanged`). The recipe supplies the agent's rollout and reward
 functions; :mod:`factrl.rl.verl_run` runs the same contract on verl.
@@ -24,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
-from factrl.io import atomic_path, model_digest
+from factrl.io import model_digest
 from factrl.rl.params import AgentTrainParams, GRPOParams
 
 FINGERPRINT_FILE = "fingerprint.json"
-METRICS_FILE = "metrics.csv"  # what factrl.rl.trainer.train writes in its out_dir
 # agent -> its params section: HARIS's agents (factrl.agents.registry), M2R's and MARCH's policies
 PARAMS_KEYS = {**{spec.name: spec.params_key for spec in AGENT_REGISTRY.values()}, "m2r": "m2r", "march": "train_march"}
 
@@ -55,7 +55,7 @@ def grpo_params(p: AgentTrainParams) -> GRPOParams:
 
 # Settings that change how long a run is or where it computes, not what its steps compute: a run killed
 # on a GPU resumes on a CPU, and raising ``steps`` continues a run from its newest checkpoint. The
-# latter holds because step k's prompts and samples depend only on (seed, k, draw) (trainer.sample_step)
+# latter holds because step k's prompts and samples depend only on (seed, k, draw) (sampling.sample_step)
 # and the lr schedule is warm-up then constant, not a function of the total (GRPOTrainer).
 NOT_FINGERPRINTED = ("device", "steps", "checkpoint_every", "keep_checkpoints", "keep_final_checkpoint")
 
@@ -109,7 +109,7 @@ def run_agent_training(
     make_fns: Callable[[Any], tuple[Callable, Callable]],
     state_dir: Path,
     out_model: Path,
-    metrics_path: Path,
+    curves_dir: Path,
     extra_fingerprint: dict | None = None,
     model_tokenizer: tuple | None = None,
     on_step: Callable[[dict], None] | None = None,
@@ -118,7 +118,8 @@ def run_agent_training(
     ``(rollout_fn, reward_fn)`` pair (the policy LLM shares the trained weights).
 
     Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
-    prompts, extras) matches; writes ``metrics_path`` (CSV, one row per step) after every step and
+    prompts, extras) matches; logs every step to the DVCLive directory ``curves_dir``
+    (:mod:`factrl.rl.step_log`; rebuilt from the checkpoint's rows on a resume) and writes
     the final policy to ``out_model``; then drops the checkpoints (the model is the result) unless
     ``cfg.keep_final_checkpoint`` (a later, longer run continues from them). The
     policy, its engine, the trainer and the reference model run on ``cfg.device``; a given
@@ -127,13 +128,13 @@ def run_agent_training(
     from factrl.hardware import hardware_record, module_bytes
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
-    from factrl.rl.trainer import GRPOTrainer, train, write_metrics
+    from factrl.rl.trainer import GRPOTrainer, train
 
     state_dir = Path(state_dir)
-    metrics_path = Path(metrics_path)
+    curves_dir = Path(curves_dir)
     if not items:
         return pass_on_unchanged(agent=agent, init_model=init_model, items=items, cfg=cfg, state_dir=state_dir,
-                                 out_model=out_model, metrics_path=metrics_path, extra_fingerprint=extra_fingerprint,
+                                 out_model=out_model, curves_dir=curves_dir, extra_fingerprint=extra_fingerprint,
                                  model_tokenizer=model_tokenizer)
     device = train_device(agent, cfg)
     resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
@@ -154,18 +155,16 @@ def run_agent_training(
           + f"; total {sum(memory.values()) / 2**30:.2f} before activations", flush=True)
 
     def step_done(row: dict) -> None:
-        shutil.copyfile(state_dir / METRICS_FILE, metrics_path)  # the plots file follows every step
         print(f"{agent} step {row['step']}/{gcfg.steps}: reward={row['reward_mean']:.3f} "
               f"format={row.get('format_valid_rate', float('nan')):.2f} kl={row.get('kl', 0.0):.4f} "
               f"len={row['response_length']:.0f} ({row['step_time']:.1f}s)", flush=True)
         if on_step is not None:
             on_step(row)
 
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
     # the policy engine's key/value slots hold every rollout's context until released: free them
     # before each update, which needs the memory (LocalLLM.release's own contract)
-    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, on_step=step_done, after_rollouts=policy.release)
-    write_metrics(rows, metrics_path)
+    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, live_dir=curves_dir, on_step=step_done,
+                 after_rollouts=policy.release)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
                                        "final": rows[-1] if rows else {}, "hardware": hardware,
@@ -176,18 +175,18 @@ def run_agent_training(
 
 
 def pass_on_unchanged(*, agent: str, init_model: str, items: list[dict], cfg: AgentTrainParams, state_dir: Path,
-                      out_model: Path, metrics_path: Path, extra_fingerprint: dict | None = None,
+                      out_model: Path, curves_dir: Path, extra_fingerprint: dict | None = None,
                       model_tokenizer: tuple | None = None) -> RunResult:
     """No training prompts this round (e.g. synthesis kept no question): the agent passes on
-    unchanged (``out_model`` = ``init_model``), loudly, with an empty metrics file, rather than
-    stopping the whole pipeline."""
+    unchanged (``out_model`` = ``init_model``), loudly, with empty curves, rather than stopping
+    the whole pipeline."""
     from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.step_log import write_history
 
     print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
     prepare_state_dir(Path(state_dir), fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
     model, tok = model_tokenizer if model_tokenizer is not None else load_model_and_tokenizer(init_model)
-    with atomic_path(metrics_path) as tmp:  # a header only: the plots file stays parseable
-        tmp.write_text("step,reward_mean\n", encoding="utf-8")
+    write_history([], curves_dir)  # no curve, but the DVC outputs exist
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": 0, "prompts": 0,
                                        "skipped": "no training prompts", "params": dataclasses.asdict(cfg)})
     return RunResult(rows=[], resumed=False)

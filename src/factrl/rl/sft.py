@@ -18,11 +18,15 @@ every ``checkpoint_every`` steps that a killed run resumes from (weights, optimi
 data position, RNG states). Batches group sequences of similar length, in a random order (not
 transformers' longest-first sweep), and are right-padded, so positions count real tokens as in
 generation.
+
+The loss curve is logged with DVCLive while the run trains (:func:`_loss_curves`, a Trainer callback
+writing through :class:`factrl.rl.step_log.StepLog` at each optimizer step) into a DVCLive directory,
+and rewritten from the Trainer's whole log history when it ends, so a resumed run's curve equals an
+uninterrupted run's.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import time
@@ -33,11 +37,11 @@ from pathlib import Path
 import torch
 
 from factrl.hardware import resolve_device, use_bf16
-from factrl.io import atomic_path
 from factrl.rl.params import SFTParams
+from factrl.rl.step_log import StepLog, write_history
 
 IGNORE_INDEX = -100  # the label of a token that gets no loss (the causal LMs' ignore_index)
-LOSS_FILE = "loss.csv"
+CURVES_DIR = "curves"  # the run's DVCLive directory in out_dir when train_sft is given none
 
 
 def sft_example(trajectory) -> dict[str, list[int]]:
@@ -136,6 +140,34 @@ def _masked_lm_trainer():
     return MaskedLMTrainer
 
 
+def loss_row(entry: dict) -> dict:
+    """The curve row of one Trainer log entry that has a ``loss`` (an optimizer step's):
+    ``{step, loss, lr, grad_norm}``, ``step`` taken from ``entry`` or given by the caller."""
+    return {"step": entry["step"], "loss": entry["loss"], "lr": entry.get("learning_rate"),
+            "grad_norm": entry.get("grad_norm")}
+
+
+def _loss_curves(curves_dir: Path, history: Sequence[dict]):
+    """A Trainer callback that logs each optimizer step's loss row to the DVCLive directory
+    ``curves_dir``, rebuilt first from ``history`` (the log history of the checkpoint a run resumes
+    from; the Trainer restores it only after ``on_train_begin``, so it is passed in).
+
+    transformers' own ``DVCLiveCallback`` does not fit a resumable pipeline stage: it counts steps
+    by log calls (not ``global_step``), starts the curve over on a resume, logs the end-of-run
+    summary (its wall-clock runtime) as one more step and every TrainingArguments field as params."""
+    from transformers import TrainerCallback
+
+    class LossCurves(TrainerCallback):
+        def __init__(self) -> None:
+            self.curves = StepLog(curves_dir, [loss_row(h) for h in history if "loss" in h])
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and logs and "loss" in logs:
+                self.curves.log(loss_row({**logs, "step": state.global_step}))
+
+    return LossCurves()
+
+
 class _Examples(torch.utils.data.Dataset):
     def __init__(self, examples: Sequence[dict]) -> None:
         self.examples = list(examples)
@@ -161,7 +193,7 @@ class SFTResult:
     final_loss: float | None
     resumed_from: int | None  # the step a killed run resumed from
     precision: str
-    losses: list[dict] = field(default_factory=list)  # {step, loss, lr} per optimizer step
+    losses: list[dict] = field(default_factory=list)  # loss_row per optimizer step: step, loss, lr, grad_norm
 
 
 def _args(cfg: SFTParams, out_dir: Path, *, seed: int, bf16: bool, cpu: bool):
@@ -208,12 +240,14 @@ def finished(state) -> bool:
 
 
 def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_dir: str | Path, *,
-              seed: int = 0, precision: str = "auto", callbacks: Sequence = ()) -> SFTResult:
+              seed: int = 0, precision: str = "auto", callbacks: Sequence = (),
+              curves_dir: str | Path | None = None) -> SFTResult:
     """Fine-tune ``model`` in place on ``examples`` (:func:`sft_example` dicts); checkpoints go to
     ``out_dir``, and a run restarted on the same ``out_dir`` resumes from the newest one.
 
-    The per-step losses are also written to ``out_dir/loss.csv`` (step, loss, lr). ``callbacks``
-    are transformers ``TrainerCallback`` objects (progress logs, tests).
+    The per-step losses (:func:`loss_row`: step, loss, lr, grad_norm) are logged with DVCLive to
+    ``curves_dir`` (default ``out_dir/curves``). ``callbacks`` are transformers ``TrainerCallback``
+    objects (progress logs, tests).
     """
     if not examples:
         raise ValueError("no examples to fine-tune on")
@@ -225,17 +259,18 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     bf16 = use_bf16(precision, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     last = last_complete_checkpoint(out_dir)
-    args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
-    trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
-                                   data_collator=lambda f: collate(f, pad_id), callbacks=list(callbacks))
-    start = time.perf_counter()
-    tokens_before = 0
+    curves_dir = Path(curves_dir) if curves_dir is not None else out_dir / CURVES_DIR
     saved = None
     if last is not None:
         from transformers import TrainerState
 
         saved = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
-        tokens_before = saved.num_input_tokens_seen
+    args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
+    live = _loss_curves(curves_dir, saved.log_history if saved is not None else [])
+    trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
+                                   data_collator=lambda f: collate(f, pad_id), callbacks=[*callbacks, live])
+    start = time.perf_counter()
+    tokens_before = saved.num_input_tokens_seen if saved is not None else 0
     if saved is not None and finished(saved):
         # killed after its last checkpoint, before the caller saved the model: the checkpoint is the
         # result. transformers 5.23 does not check max_steps before its first step on resume, so
@@ -248,9 +283,8 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
     wall = time.perf_counter() - start
     model.eval()
     state = trainer.state
-    losses = [{"step": h["step"], "loss": h["loss"], "lr": h.get("learning_rate")}
-              for h in state.log_history if "loss" in h]
-    _write_losses(losses, out_dir / LOSS_FILE)
+    losses = [loss_row(h) for h in state.log_history if "loss" in h]
+    write_history(losses, curves_dir)  # the whole history, also where no step ran (a finished checkpoint)
     tokens = int(state.num_input_tokens_seen)
     return SFTResult(
         examples=len(examples), steps=int(state.global_step), tokens=tokens,
@@ -260,9 +294,3 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
         resumed_from=int(Path(last).name.rsplit("-", 1)[-1]) if last else None,
         precision="bf16" if bf16 else "fp32", losses=losses)
 
-
-def _write_losses(rows: list[dict], path: Path) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=["step", "loss", "lr"])
-        writer.writeheader()
-        writer.writerows(rows)

@@ -52,7 +52,7 @@ class VerlPlan:
     cfg: GRPOParams  # an agent's AgentTrainParams, or train_march's section
     init_model: str
     out_model: Path
-    metrics_path: Path
+    curves_dir: Path
     work_dir: Path
     tools: list[tuple[str, dict]]
     loops: dict[str, tuple[str, dict]]
@@ -127,14 +127,14 @@ def run(p: VerlPlan, items: list) -> RunResult:
     from transformers import AutoTokenizer
 
     from factrl.llm.models import resolve_model_path
-    from factrl.rl.trainer import write_metrics
+    from factrl.rl.step_log import write_history
     from factrl.servers import spawn
 
     extra = p.extra_fingerprint()
     if not items:
         return pass_on_unchanged(agent=p.agent, init_model=p.init_model, items=items, cfg=p.cfg,
                                               state_dir=p.work_dir, out_model=p.out_model,
-                                              metrics_path=p.metrics_path, extra_fingerprint=extra)
+                                              curves_dir=p.curves_dir, extra_fingerprint=extra)
     prepare_state_dir(p.work_dir, fingerprint(p.cfg, p.init_model, items, extra))
     resumed = verl_backend.latest_checkpoint(p.work_dir / "verl") is not None
     export(p, items, AutoTokenizer.from_pretrained(resolve_model_path(p.init_model)))
@@ -150,7 +150,7 @@ def run(p: VerlPlan, items: list) -> RunResult:
         raise RuntimeError(f"{p.stage}: verl finished without a checkpoint in {p.work_dir / 'verl'}")
     rows = verl_backend.metrics_rows(line for f in sorted(p.work_dir.glob(METRICS_GLOB))
                                      for line in f.read_text(encoding="utf-8").splitlines())
-    write_metrics(rows, p.metrics_path)
+    write_history(rows, p.curves_dir)
     tmp = p.out_model.with_name(f".{p.out_model.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     verl_backend.merge_checkpoint(actor, tmp)

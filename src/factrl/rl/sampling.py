@@ -1,0 +1,210 @@
+"""What one GRPO step trains on: its prompts, their rollouts and rewards (the trainer's sampling side).
+
+:func:`sample_step` picks the step's prompts (:func:`draw_prompts`: consecutive slices of a seeded,
+optionally stratified per-epoch order), rolls out ``G`` trajectories per prompt through a rollout
+function and scores them with a reward function; with ``dynamic_sampling`` (DAPO; verl's
+``algorithm.filter_groups``) it drops the groups whose rewards are all equal and draws again until
+``prompts_per_step`` groups with signal are kept or ``max_sampling_draws`` draws were made. Every
+draw's prompt choice and sampling seed are functions of ``(seed, step, draw)`` alone, which is what
+lets a killed run resume exactly (:func:`factrl.rl.trainer.train`). :func:`joint_parts` expands
+rollouts that train as several trajectories (MARCH's solver and checker) into their parts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from factrl.rl.params import GRPOParams
+
+
+class TrajectoryLike(Protocol):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+
+
+RolloutFn = Callable[[list[Any], int], list[TrajectoryLike]]
+"""``(prompt items, n) -> trajectories``: ``n`` per item, item-major (item 0's n first)."""
+
+RewardFn = Callable[[list[Any], list[TrajectoryLike]], list[Any]]
+"""``(items repeated per trajectory, trajectories) -> rewards``: floats, or objects with ``score``
+and ``format_valid`` (``factrl.rewards`` results)."""
+
+
+def epoch_order(num_prompts: int, rng: np.random.Generator, strata: Sequence | None = None) -> list[int]:
+    """A random order of ``range(num_prompts)``; with ``strata`` (one label per prompt), a stratified
+    one: each stratum's prompts, in random order, are spread evenly over the whole order (the j-th of a
+    stratum of n sits at ``(j + u) / n`` for a random offset u per stratum), so every consecutive
+    slice holds the strata in about their overall proportions (equal strata alternate)."""
+    if strata is None:
+        return rng.permutation(num_prompts).tolist()
+    if len(strata) != num_prompts:
+        raise ValueError(f"{len(strata)} strata for {num_prompts} prompts")
+    groups: dict = {}
+    for i, s in enumerate(strata):
+        groups.setdefault(s, []).append(i)
+    keyed = []
+    for members in (groups[s] for s in sorted(groups, key=str)):  # sorted: the order is seed-determined
+        offset = rng.random()
+        keyed += [((j + offset) / len(members), int(i)) for j, i in enumerate(rng.permutation(members))]
+    return [i for _, i in sorted(keyed)]
+
+
+def step_prompts(num_prompts: int, per_step: int, seed: int, step: int,
+                 strata: Sequence | None = None) -> list[int]:
+    """Indices of the prompts of ``step``: consecutive slices of a per-epoch order (:func:`epoch_order`;
+    stratified by ``strata`` when given, so each step holds the strata in proportion).
+
+    A pure function of its arguments, so a resumed run sees the same prompts as an unbroken one.
+    """
+    if num_prompts < 1:
+        raise ValueError("train() needs at least one prompt")
+    orders: dict[int, list[int]] = {}
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(k, num_prompts)
+        if epoch not in orders:
+            orders[epoch] = epoch_order(num_prompts, np.random.default_rng([seed, epoch]), strata)
+        out.append(int(orders[epoch][pos]))
+    return out
+
+
+def draw_prompts(num_prompts: int, per_step: int, seed: int, step: int, draw: int,
+                 drawn: set[int] = frozenset(), strata: Sequence | None = None) -> list[int]:
+    """Indices of the prompts of draw ``draw`` of ``step``: draw 0 is :func:`step_prompts`; a later
+    draw (dynamic sampling) is an order seeded by ``(seed, step, draw)`` (stratified by ``strata`` when
+    given), prompts not ``drawn`` earlier in the step first. A pure function of its arguments, so a
+    resumed run draws the same."""
+    if draw == 0:
+        return step_prompts(num_prompts, per_step, seed, step, strata)
+    order = epoch_order(num_prompts, np.random.default_rng([seed, step, draw]), strata)
+    ranked = [i for i in order if i not in drawn] + [i for i in order if i in drawn]
+    return [int(ranked[k % num_prompts]) for k in range(per_step)]
+
+
+def prompt_strata(prompts: Sequence[Any], key: str) -> list | None:
+    """Each prompt's ``key``: a dict prompt's field or an object prompt's attribute (a MARCH
+    question's ``answerable``); None when ``key`` is empty: no stratification."""
+    if not key:
+        return None
+    missing = [i for i, p in enumerate(prompts) if not (key in p if isinstance(p, dict) else hasattr(p, key))]
+    if missing:
+        raise KeyError(f"balance_by: {key!r} is not a field of training prompt {missing[0]} "
+                       f"({len(missing)} of {len(prompts)} prompts lack it)")
+    return [p[key] if isinstance(p, dict) else getattr(p, key) for p in prompts]
+
+
+def draw_seed(seed: int, step: int, draw: int) -> int:
+    """The global seed of a draw's rollouts: draw 0 keeps the seed every step has always had."""
+    if draw == 0:
+        return seed * 1_000_003 + step
+    return int(np.random.SeedSequence([seed, step, draw]).generate_state(1)[0])
+
+
+def mixed_groups(scores: Sequence[float], group_size: int) -> list[int]:
+    """Indices of the groups (consecutive runs of ``group_size`` scores) whose rewards differ, i.e.
+    whose GRPO advantages are not all 0. A group of one is kept, as verl keeps it (its advantage
+    is its reward)."""
+    groups = [scores[k : k + group_size] for k in range(0, len(scores), group_size)]
+    return [g for g, values in enumerate(groups) if len(values) == 1 or max(values) != min(values)]
+
+
+@dataclass
+class StepBatch:
+    """Everything one step drew: ``trajectories``, ``scores``, ``results``, ``valid`` (format validity
+    or None), ``group_ids`` (one per draw's prompt: ``draw * prompts_per_step + k``) over all draws;
+    ``kept`` the trajectory indices trained on; ``draws`` how many draws were made."""
+
+    trajectories: list
+    results: list
+    scores: list[float]
+    valid: list[float] | None
+    group_ids: list[int]
+    kept: list[int]
+    draws: int
+    rollout_time: float
+    reward_time: float
+
+
+def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, reward_fn: RewardFn,
+                step: int) -> StepBatch:
+    """Roll out and score one step's prompts; with ``cfg.dynamic_sampling``, draw again (up to
+    ``cfg.max_sampling_draws`` draws) until ``prompts_per_step`` groups with signal are kept, as
+    DAPO does (verl ``algorithm.filter_groups``), and keep the first ``prompts_per_step`` of them."""
+    g, per_step = cfg.group_size, cfg.prompts_per_step
+    batch = StepBatch([], [], [], [], [], [], 0, 0.0, 0.0)
+    drawn: set[int] = set()
+    strata = prompt_strata(prompts, cfg.balance_by)
+    max_draws = cfg.max_sampling_draws if cfg.dynamic_sampling else 1
+    while batch.draws < max_draws and len(batch.kept) < per_step * g:
+        t0 = time.perf_counter()
+        seed_everything(draw_seed(cfg.seed, step, batch.draws))
+        picked = draw_prompts(len(prompts), per_step, cfg.seed, step, batch.draws, drawn, strata)
+        drawn.update(picked)
+        items = [prompts[i] for i in picked]
+        trajectories = rollout_fn(items, g)
+        if len(trajectories) != len(items) * g:
+            raise RuntimeError(f"rollout_fn returned {len(trajectories)} trajectories for {len(items)} prompts x G={g}")
+        t1 = time.perf_counter()
+        results = reward_fn([item for item in items for _ in range(g)], trajectories)
+        scores, valid = _scores(results)
+        batch.rollout_time += t1 - t0
+        batch.reward_time += time.perf_counter() - t1
+        offset = len(batch.trajectories)
+        keep = mixed_groups(scores, g) if cfg.dynamic_sampling else range(len(items))
+        room = per_step * g - len(batch.kept)  # the step trains on at most prompts_per_step groups
+        batch.kept += [offset + k * g + j for k in keep for j in range(g)][:room]
+        batch.trajectories += trajectories
+        batch.results += results
+        batch.scores += scores
+        batch.valid = batch.valid + valid if batch.valid is not None and valid is not None else None
+        batch.group_ids += [batch.draws * per_step + k for k in range(len(items)) for _ in range(g)]
+        batch.draws += 1
+    return batch
+
+
+def joint_parts(trajectories: Sequence[Any], scores: Sequence[float], group_ids: Sequence
+                ) -> tuple[list, list[float], list]:
+    """Expand rollouts that train as several trajectories into those trajectories.
+
+    A rollout with ``parts`` (``[(role, trajectory)]``; MARCH's episode: the solver's answer and the
+    checker's audit) is replaced by each part, with the rollout's reward and the group id
+    ``(group id, role)``: every role's trajectories of one prompt form their own GRPO group, so their
+    advantages are estimated apart (MARCH eq. 8) while one update trains them jointly. Any other
+    trajectory passes through unchanged. Returns ``(trajectories, scores, group_ids)``.
+    """
+    out_t, out_s, out_g = [], [], []
+    for t, score, gid in zip(trajectories, scores, group_ids):
+        parts = getattr(t, "parts", None)
+        for role, part in parts if parts is not None else [(None, t)]:
+            out_t.append(part)
+            out_s.append(score)
+            out_g.append(gid if role is None else (gid, role))
+    return out_t, out_s, out_g
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (sampling in rollouts uses torch's global generator)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _scores(results: Sequence[Any]) -> tuple[list[float], list[float] | None]:
+    scores, valid = [], []
+    for r in results:
+        if isinstance(r, (int, float)):
+            scores.append(float(r))
+            valid.append(None)
+        else:
+            scores.append(float(r.score))
+            valid.append(getattr(r, "format_valid", None))
+    known = [float(v) for v in valid if v is not None]
+    return scores, (known if len(known) == len(valid) else None)

@@ -1,0 +1,171 @@
+"""Training curves through DVCLive, DVC's own logger: one directory per training run.
+
+A run's curves live in a DVCLive directory (``metrics/train/reason_r1``, ``warmup/loss_search``):
+
+- ``plots/metrics/<name>.tsv``: one file per metric, a row per step (``step``, value), the files
+  ``dvc plots`` draws (dvc.yaml declares ``<dir>/plots/metrics`` with ``x: step``);
+- ``metrics.json``: each metric's latest value and the last ``step``, what ``dvc metrics show`` and
+  ``dvc exp show`` list.
+
+:func:`step_row` assembles a GRPO step's row; :class:`StepLog` writes rows. It rebuilds the
+directory from the history it is given (the rows a checkpoint restored) and then appends one row per
+step, so after a kill and a rerun the files hold exactly the rows of an uninterrupted run: steps done
+after the last checkpoint are dropped with the rebuild and written again when the rerun redoes them
+(Live's own ``resume=True`` would go on after the last step logged, keeping those rows twice). :func:`write_history` writes a whole history
+at once (verl's metrics, a run with no steps) and :func:`read_history` reads a directory back as
+rows (``factrl train-summary``, evaluate's reward curves, tests).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from dvclive import Live
+from dvclive.plots import Metric
+
+from factrl.rl.advantages import uniform_group_rate
+
+if TYPE_CHECKING:
+    from factrl.rl.params import GRPOParams
+    from factrl.rl.sampling import StepBatch
+
+STEP = "step"  # the x axis: the run's optimizer step, 1-based
+SUMMARY_FILE = "metrics.json"  # Live.metrics_file's name
+PLOTS_SUBDIR = Path("plots") / "metrics"  # Live.plots_dir / Metric.subfolder, relative to the run's directory
+
+
+class _RunLive(Live):
+    """A :class:`dvclive.Live` that opens no DVC repository.
+
+    ``dvc repro`` records the stage's outputs itself, so the logger needs no repository. Live's own
+    lookup (dvclive.dvc.get_dvc_repo) would ``dvc init`` an enclosing git repository that has no
+    DVC and draw a random experiment name on every start, for ``save_dvc_exp`` which is off here.
+    """
+
+    def _init_dvc(self) -> None:
+        self._dvc_file = "dvc.yaml"  # what Live._init_dvc sets; unused with dvcyaml=None
+
+
+class StepLog:
+    """One run's per-step curves in the DVCLive directory ``live_dir``.
+
+    ``history``: the rows already done (``{"step": int, name: value, ...}``, e.g. restored from a
+    checkpoint); the directory is emptied of earlier curves and rebuilt from them.
+    """
+
+    def __init__(self, live_dir: str | Path, history: Iterable[Mapping[str, Any]] = ()):
+        self.dir = Path(live_dir)
+        self.live = _RunLive(str(self.dir), resume=False, save_dvc_exp=False, dvcyaml=None, report=None)
+        (self.dir / PLOTS_SUBDIR).mkdir(parents=True, exist_ok=True)  # a DVC out even before the first step
+        for row in history:
+            self._add(row)
+        self.live.make_summary()
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        """Append one step's row (its ``step`` is the x value; ``None`` values are left out) and
+        rewrite ``metrics.json``."""
+        self._add(row)
+        self.live.make_summary()
+
+    def _add(self, row: Mapping[str, Any]) -> None:
+        if STEP not in row:
+            raise ValueError(f"{self.dir}: a curve row needs a '{STEP}' field, got {sorted(row)}")
+        self.live.step = int(row[STEP])
+        for name, value in row.items():
+            if name == STEP or value is None:
+                continue
+            # numpy and Python scalars pass as they are (their text is what the CSV writer wrote);
+            # anything else numeric (a 0-d tensor) as a float
+            self.live.log_metric(name, value if Metric.could_log(value) else float(value))
+
+
+def step_row(step: int, metrics: Mapping[str, Any], batch: StepBatch, cfg: GRPOParams, *, updated: bool,
+             train_time: float, step_time: float, cuda_peak_gib: float | None = None) -> dict[str, Any]:
+    """One GRPO step's row: ``step`` (1-based), the update's ``metrics`` (``GRPOTrainer.step``), then
+    what the step's ``batch`` drew (rewards, format validity, reward parts, tool calls) and its
+    timings; ``cuda_peak_gib`` where the step ran on a GPU."""
+    row = {"step": step, **metrics}
+    if cuda_peak_gib is not None:
+        row["cuda_peak_gib"] = cuda_peak_gib
+    if cfg.dynamic_sampling or not updated:
+        # what the policy did on every prompt drawn, not only on the groups it trained on
+        spread = float(np.std(batch.scores, ddof=1)) if len(batch.scores) > 1 else 0.0
+        row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
+                   response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])))
+    if cfg.dynamic_sampling:
+        row.update(kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
+    if batch.valid is not None:  # only reward functions that judge format report it
+        row["format_valid_rate"] = float(np.mean(batch.valid))
+    row.update(part_rates(batch.results))
+    row["uniform_group_rate"] = uniform_group_rate(batch.scores, batch.group_ids)
+    row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in batch.trajectories]))
+    row.update(rollout_time=batch.rollout_time, reward_time=batch.reward_time, train_time=train_time,
+               step_time=step_time)
+    return row
+
+
+def part_rates(results: Sequence[Any]) -> dict[str, float]:
+    """Mean of each reward part over a batch, as ``<part>_rate`` columns (``correct_rate``: the
+    reasoning agent's training accuracy; ``useful_rate``: the search agent's judged-useful share).
+
+    Only parts every result reports are averaged; ``format`` is left out (``format_valid_rate``
+    already reports it) and plain-float rewards have no parts.
+    """
+    parts = [getattr(r, "parts", None) or {} for r in results]
+    if not parts:
+        return {}
+    common = set(parts[0]).intersection(*parts[1:]) - {"format"}
+    return {f"{name}_rate": float(np.mean([p[name] for p in parts])) for name in sorted(common)}
+
+
+def write_history(rows: Iterable[Mapping[str, Any]], live_dir: str | Path) -> None:
+    """Write a whole run's rows to ``live_dir`` at once (an empty history: no curve yet, an empty
+    plots folder and ``{}`` summary, still valid DVC outputs)."""
+    StepLog(live_dir, rows)
+
+
+def read_history(live_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a DVCLive directory, one dict per step in step order (``step`` an int, values
+    floats, or strings where a value was not a number); a metric absent at a step is absent from
+    its row. Raises ``FileNotFoundError`` naming the directory when it holds no curves folder."""
+    plots = Path(live_dir) / PLOTS_SUBDIR
+    if not plots.is_dir():
+        raise FileNotFoundError(f"{live_dir}: no DVCLive curves ({PLOTS_SUBDIR} missing)")
+    by_step: dict[int, dict[str, Any]] = {}
+    for tsv in sorted(plots.rglob("*.tsv")):
+        name = tsv.relative_to(plots).with_suffix("").as_posix()  # "a/b" for a metric logged as "a/b"
+        column = tsv.stem
+        with tsv.open(encoding="utf-8", newline="") as f:
+            for line, rec in enumerate(csv.DictReader(f, delimiter="\t"), start=2):
+                try:
+                    step = int(rec[STEP])
+                    text = rec[column]
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ValueError(f"{tsv}: row {line}: bad '{STEP}' or '{column}' field ({exc})") from exc
+                by_step.setdefault(step, {STEP: step})[name] = _number(text)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def curve_dirs(root: str | Path) -> list[Path]:
+    """The run directories directly under ``root`` that hold DVCLive curves, by name (none when
+    ``root`` does not exist)."""
+    root = Path(root)
+    return sorted(p for p in root.iterdir() if (p / PLOTS_SUBDIR).is_dir()) if root.is_dir() else []
+
+
+def read_summary(live_dir: str | Path) -> dict[str, Any]:
+    """A run's ``metrics.json`` (latest value of each metric, and ``step``); ``{}`` when absent."""
+    path = Path(live_dir) / SUMMARY_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
