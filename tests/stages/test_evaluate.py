@@ -181,7 +181,7 @@ def test_runner_load_llm_gives_the_local_engine_its_precision():
 def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
     """params.yaml's world and split leave evaluate.per_hop claims per hop setting, half per label."""
     from factrl.data.splits import stratified_split
-    from factrl.data.world import generate_claims
+    from factrl.data.world_claims import generate_claims
 
     params = repo_root / "params.yaml"
     prepare, evaluate = load_section(PrepareParams, params), load_section(EvaluateParams, params)
