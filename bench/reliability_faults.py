@@ -13,7 +13,7 @@ a verdict, or rejected with a stated reason: what matters here is that each ends
 - ``debate_server_members``: ``stages.debate.debate`` (Prefect fan-out, disk cache, checkpoints) with a
   pool of two ``openai`` members (``single_agent``, ``rag``) at the fault server; records = claims x
   members, each a transcript row.
-- ``evaluate_openai``: ``factrl evaluate --backend openai`` (``eval.runner.main``) with every system;
+- ``evaluate_openai``: ``factrl evaluate --backend openai`` (``eval.cli.main``) with every system;
   records = claims x systems predictions.
 - ``serve_openai``: ``factrl serve`` (``service.app.build_service`` + ``create_app``, a real uvicorn
   server) whose checkpoint is an ``openai:MODEL@URL`` spec at the fault server; a batch job of claims;

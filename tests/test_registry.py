@@ -11,7 +11,7 @@ import pytest
 
 from factrl.config import ConfigError, from_dict, registry_names
 from factrl.eval.params import EvaluateParams
-from factrl.eval.runner import BASELINES, SYSTEMS
+from factrl.eval.systems import BASELINES, SYSTEMS
 from factrl.registry import Registry, UnknownName
 from factrl.rl.kl import KL_ESTIMATORS
 from factrl.rl.losses import LOSS_AGGREGATIONS

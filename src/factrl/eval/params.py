@@ -1,5 +1,5 @@
 """Stage ``evaluate``'s parameters: the eval sets, the HARIS checkpoints against the baselines
-(``factrl.eval.runner``), and the calibration map fitted per checkpoint (``factrl.eval.calibration``).
+(``factrl.eval.systems``), and the calibration map fitted per checkpoint (``factrl.eval.calibration``).
 The service (``factrl.service.params``) answers with the same limits."""
 
 from __future__ import annotations
