@@ -19,7 +19,7 @@ from typing import Any
 from factrl.eval.outputs import write_outputs
 from factrl.eval.params import EvaluateParams
 from factrl.eval.runner import EvalSet, evaluate
-from factrl.eval.systems import SYSTEMS, build_systems, load_llm
+from factrl.eval.systems import build_systems, load_llm, system_names
 from factrl.llm.backends import add_endpoint_args, parse_spec, routed
 
 
@@ -34,7 +34,8 @@ def cli_parser() -> argparse.ArgumentParser:
     parser.add_argument("--claims", required=True, help="claim file (JSONL in the shared-data format, or Parquet)")
     parser.add_argument("--passages", required=True, help="passages to search (JSONL {id, title, text} or Parquet)")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, help="systems to run")
+    parser.add_argument("--systems", nargs="+", default=list(system_names()), choices=system_names(),
+                        help="systems to run")
     parser.add_argument("--checkpoint", nargs=2, action="append", metavar=("REASON", "SEARCH"),
                         help="a HARIS (reasoning, search) model pair: directories, embedded names or LLM specs "
                              "(openai:MODEL@URL); repeatable (default: --base-model for both)")
