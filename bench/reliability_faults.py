@@ -144,31 +144,31 @@ def warmup_teacher(root: Path, n: int) -> dict:
 
 
 def evaluate_openai(root: Path, n: int) -> dict:
-    from factrl.eval import runner
+    from factrl.eval import cli
     from tests.servers import running_app
 
     world(root, n)
     systems = ["haris", "single_agent", "rag", "decompose_verify"]
     got = []
-    real = runner.evaluate
+    real = cli.evaluate
 
     def keep(*args, **kwargs):
         got.append(real(*args, **kwargs))
         return got[-1]
 
-    runner.evaluate = keep
+    cli.evaluate = keep
     server = fault_server()
     argv = ["--claims", str(root / "claims.parquet"), "--passages", str(root / "p.parquet"), "--per-hop", str(n // 2),
             "--max-new-tokens", "16", "--max-turns", "1", "--n-boot", "10", "--systems", *systems,
             "--backend", "openai", "--model", MODEL]
     try:
         with running_app(server.app) as url:
-            assert runner.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
+            assert cli.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
             first = snapshot(server)
-            assert runner.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
+            assert cli.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
             rerun = server.requests - first["requests"]
     finally:
-        runner.evaluate = real
+        cli.evaluate = real
     preds = got[0].predictions
     claims = len({p["claim_id"] for p in preds})
     answered = sum(p["verdict"] is not None for p in preds)
