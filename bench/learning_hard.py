@@ -169,7 +169,7 @@ def variant_accuracy(predictions: list[dict], world: WorldParams, dataset: str =
     """Accuracy of each system on the claims of each kind (``near_miss``, ``start_namesake``,
     ``wording_<w>``, ``clean``, and their complements): where the errors are. The variants are
     recomputed from the world's params (the generator is deterministic)."""
-    from factrl.data.world import generate_claims_with_variants
+    from factrl.data.world_claims import generate_claims_with_variants
 
     variants = {v["id"]: v for v in generate_claims_with_variants(world)[1] or []}
     cells: dict = {}

@@ -13,7 +13,7 @@ a verdict, or rejected with a stated reason: what matters here is that each ends
 - ``debate_server_members``: ``stages.debate.debate`` (Prefect fan-out, disk cache, checkpoints) with a
   pool of two ``openai`` members (``single_agent``, ``rag``) at the fault server; records = claims x
   members, each a transcript row.
-- ``evaluate_openai``: ``factrl evaluate --backend openai`` (``eval.runner.main``) with every system;
+- ``evaluate_openai``: ``factrl evaluate --backend openai`` (``eval.cli.main``) with every system;
   records = claims x systems predictions.
 - ``serve_openai``: ``factrl serve`` (``service.app.build_service`` + ``create_app``, a real uvicorn
   server) whose checkpoint is an ``openai:MODEL@URL`` spec at the fault server; a batch job of claims;
@@ -144,31 +144,31 @@ def warmup_teacher(root: Path, n: int) -> dict:
 
 
 def evaluate_openai(root: Path, n: int) -> dict:
-    from factrl.eval import runner
+    from factrl.eval import cli
     from tests.servers import running_app
 
     world(root, n)
     systems = ["haris", "single_agent", "rag", "decompose_verify"]
     got = []
-    real = runner.evaluate
+    real = cli.evaluate
 
     def keep(*args, **kwargs):
         got.append(real(*args, **kwargs))
         return got[-1]
 
-    runner.evaluate = keep
+    cli.evaluate = keep
     server = fault_server()
     argv = ["--claims", str(root / "claims.parquet"), "--passages", str(root / "p.parquet"), "--per-hop", str(n // 2),
             "--max-new-tokens", "16", "--max-turns", "1", "--n-boot", "10", "--systems", *systems,
             "--backend", "openai", "--model", MODEL]
     try:
         with running_app(server.app) as url:
-            assert runner.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
+            assert cli.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
             first = snapshot(server)
-            assert runner.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
+            assert cli.main([*argv, "--base-url", f"{url}/v1", "--out", str(root / "eval")]) == 0
             rerun = server.requests - first["requests"]
     finally:
-        runner.evaluate = real
+        cli.evaluate = real
     preds = got[0].predictions
     claims = len({p["claim_id"] for p in preds})
     answered = sum(p["verdict"] is not None for p in preds)

@@ -33,7 +33,8 @@ from factrl.recipes.warmup_params import WarmupParams
 from factrl.rl.params import SFTParams
 from factrl.data.reference import world_references
 from factrl.data.splits import stratified_split
-from factrl.data.world import generate_claims, write_world
+from factrl.data.world import write_world
+from factrl.data.world_claims import generate_claims
 from factrl.llm.models import load_model_and_tokenizer
 from factrl.recipes.warmup import AGENTS, agent_examples
 from factrl.retrieval.index import Retriever, build_index

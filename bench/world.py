@@ -38,7 +38,8 @@ _NAIVE = """
 import json, resource, sys, time
 import pyarrow as pa, pyarrow.parquet as pq
 from factrl.data.params import WorldParams
-from factrl.data.world import build_world, TYPES
+from factrl.data.world_build import build_world
+from factrl.data.world_entities import TYPES
 n, out = int(sys.argv[1]), sys.argv[2]
 t = time.perf_counter()
 world = build_world(WorldParams(seed=13, num_passages=n))

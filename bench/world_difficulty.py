@@ -73,7 +73,7 @@ def build(params: WorldParams, work: Path):
 def retrieval_figures(train, retriever) -> dict:
     """hit@1 / hit@k of each hop's natural query and of the subject alone, per hop position."""
     from factrl.data.reference import _search_queries
-    from factrl.data.world import parse_hop_question
+    from factrl.data.world_entities import parse_hop_question
 
     jobs = []
     for claim in train.to_pylist():

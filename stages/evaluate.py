@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from factrl.config import ConfigError, load_section
-from factrl.eval import runner
+from factrl.eval import calibration_run, outputs, runner
 from factrl.eval.params import EvalSetParams, EvaluateParams
 from factrl.eval.stats import consensus_rows
+from factrl.eval.systems import build_systems, load_llm
 from factrl.hardware import resolve_device, resolve_precision
 from factrl.model_names import resolve_model
 from factrl.rl.step_log import curve_dirs, read_history
@@ -138,7 +139,7 @@ def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
         return {}, ["calibration: off (evaluate.calibration.method: none)"]
     dev = load_dev_set(params, sets)
     models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
-    maps, seconds = runner.fit_calibrators(
+    maps, seconds = calibration_run.fit_calibrators(
         systems, dev, method=cal.method, per_hop=cal.dev_per_hop, seed=params.seed, batch_size=params.batch_size,
         fitted_on=f"{cal.dev_set} (up to {cal.dev_per_hop or 'all'} claims per hop, seed {params.seed})",
         checkpoints=models)
@@ -176,11 +177,11 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
     checkpoints = resolve_checkpoints(params, params_file)
     base_model = resolve_model(params.base_model, None, where="evaluate.base_model", params_file=params_file)
     device = resolve_device(params.device, key="evaluate.device")
-    systems = runner.build_systems(params.systems, checkpoints, base_model,
-                                   load_llm=llm_loader or functools.partial(
-                                       runner.load_llm, device=device, precision=params.precision),
-                                   top_k=params.top_k,
-                                   max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
+    systems = build_systems(params.systems, checkpoints, base_model,
+                            load_llm=llm_loader or functools.partial(
+                                load_llm, device=device, precision=params.precision),
+                            top_k=params.top_k,
+                            max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
     tag = "_real" if real_only else ""
     # fitted before the evaluation, on dev claims only; the real sets (make eval-real) reuse the maps
     from factrl.eval.calibration import CALIBRATION_DIR
@@ -190,7 +191,7 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
                              batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
     if params.calibration.enabled:
-        runner.apply_calibration(result, maps)
+        calibration_run.apply_calibration(result, maps)
     # SC-MAKS, majority vote, uniform vote, best single member: stage fit_consensus's eval-split verdicts
     result.rows += consensus_rows(CONSENSUS_PREDICTIONS, n_boot=params.n_boot, seed=params.seed)
     notes = [
@@ -217,14 +218,14 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
             notes.append(f"{dataset}: {pair}, paired over the same {pooled['n']} claims: "
                          f"{100 * pooled['mean']:+.1f} points [{100 * pooled['ci95'][0]:+.1f}, "
                          f"{100 * pooled['ci95'][1]:+.1f}]")
-    written = runner.write_outputs(result, metrics_path=Path(f"metrics/eval{tag}.json"),
-                                   predictions_path=Path(f"metrics/predictions{tag}.parquet"),
-                                   gains=gains, gains_path=Path(f"metrics/gains{tag}.json"),
-                                   report_path=Path(f"reports/eval{tag}.md"), plots_dir=Path(f"plots/eval{tag}"),
-                                   traces_path=Path(f"reports/traces{tag}.html"),
-                                   title="Evaluation on the real claim sets" if real_only else "Evaluation",
-                                   notes=notes, reward_points=reward_points(),
-                                   calibration_path=Path(f"metrics/calibration{tag}.json"), calibration_maps=maps)
+    written = outputs.write_outputs(result, metrics_path=Path(f"metrics/eval{tag}.json"),
+                                    predictions_path=Path(f"metrics/predictions{tag}.parquet"),
+                                    gains=gains, gains_path=Path(f"metrics/gains{tag}.json"),
+                                    report_path=Path(f"reports/eval{tag}.md"), plots_dir=Path(f"plots/eval{tag}"),
+                                    traces_path=Path(f"reports/traces{tag}.html"),
+                                    title="Evaluation on the real claim sets" if real_only else "Evaluation",
+                                    notes=notes, reward_points=reward_points(),
+                                    calibration_path=Path(f"metrics/calibration{tag}.json"), calibration_maps=maps)
     for kind, path in written.items():
         print(f"evaluate: {kind} -> {path}")
     return {k: str(v) for k, v in written.items()}

@@ -53,7 +53,7 @@ def test_report_keys_paired_gain_and_goals():
 
 def test_variant_accuracy_groups_claims_by_kind():
     from factrl.data.params import WorldDifficulty, WorldParams
-    from factrl.data.world import generate_claims_with_variants
+    from factrl.data.world_claims import generate_claims_with_variants
 
     world = WorldParams(seed=5, num_passages=400, num_claims=40, hops=(2, 3),
                         difficulty=WorldDifficulty(homonyms=0.3, wordings=2, near_miss=0.5))

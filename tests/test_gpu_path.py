@@ -26,7 +26,8 @@ BARE_PACKAGES = ("torch", "transformers", "numpy", "pyarrow")
 GPU_PATH_MODULES = (
     "factrl.hardware", "factrl.devices", "factrl.config", "factrl.rl.params",
     "factrl.rl.trainer", "factrl.rl.advantages", "factrl.rl.losses", "factrl.rl.kl", "factrl.rl.correction",
-    "factrl.llm.local", "factrl.llm.kv_slots", "factrl.llm.models", "factrl.agents.rollout",
+    "factrl.llm.local", "factrl.llm.kv_slots", "factrl.llm.prefix_cache", "factrl.llm.sampling", "factrl.llm.models",
+    "factrl.agents.rollout",
     "tests.rl.tiny",
 )
 # (transformers 5 brings typer, hence pydantic, and huggingface_hub brings httpx: those are allowed)

@@ -1,17 +1,18 @@
-"""Registries: names resolve, unknown names list the known ones, and every params Literal that names
-registry entries names exactly the registered ones (so the config rejects, with the key in the error,
-any name the code would not find)."""
+"""Registries: names resolve, unknown names list the known ones, and every params field that names
+registry entries accepts exactly the registered ones, read from the registry when params load (so the
+config rejects, with the key in the error, any name the code would not find, and a new registration
+needs no params edit)."""
 
 from __future__ import annotations
 
 import dataclasses
-import typing
 
 import pytest
 
 from factrl.config import ConfigError, from_dict, registry_names
+from factrl.eval.calibration import METHODS, Calibrator
 from factrl.eval.params import EvaluateParams
-from factrl.eval.runner import BASELINES, SYSTEMS
+from factrl.eval.systems import BASELINES, Baseline, build_systems, system_names
 from factrl.registry import Registry, UnknownName
 from factrl.rl.kl import KL_ESTIMATORS
 from factrl.rl.losses import LOSS_AGGREGATIONS
@@ -45,15 +46,30 @@ def test_params_names_are_the_registered_entries(cls, field, registry):
         assert getattr(from_dict(cls, {field: name}, "x"), field) == name
 
 
-def test_evaluate_systems_literal_names_the_registered_systems():
-    """``evaluate.systems`` keeps a Literal (eval.runner, which holds the registry, imports the params
-    module): it must name exactly haris and the registered baselines."""
-    tp = typing.get_type_hints(EvaluateParams)["systems"]
-    assert set(typing.get_args(typing.get_args(tp)[0])) == set(SYSTEMS)
-
-
 def test_systems_are_haris_and_the_registered_baselines():
-    assert SYSTEMS == ("haris", *BASELINES) and {"single_agent", "rag", "decompose_verify"} <= set(BASELINES)
+    assert system_names() == ("haris", *BASELINES) and {"single_agent", "rag", "decompose_verify"} <= set(BASELINES)
+
+
+def test_evaluate_systems_are_read_from_the_baseline_registry(monkeypatch):
+    """``evaluate.systems`` names haris and the registered baselines: an unknown name fails at load
+    naming its key, and a baseline registered elsewhere is accepted without editing the params module."""
+    with pytest.raises(ConfigError, match=r"evaluate\.systems\[1\]: 'oracle' is not a registered name; use one of "
+                                          r"\['decompose_verify', 'haris', 'rag', 'single_agent'\]"):
+        from_dict(EvaluateParams, {"systems": ["haris", "oracle"]}, "evaluate")
+    oracle = Baseline("Oracle", lambda claims, llm, retriever, **limits: [])
+    monkeypatch.setitem(BASELINES, "oracle", oracle)
+    assert from_dict(EvaluateParams, {"systems": ["haris", "oracle"]}, "evaluate").systems == ("haris", "oracle")
+    [system] = build_systems(["oracle"], [], "m", load_llm=lambda spec: None)
+    assert system.name == "Oracle" and system.kind == "oracle"
+
+
+def test_calibration_method_is_read_from_the_methods_registry(monkeypatch):
+    with pytest.raises(ConfigError, match=r"evaluate\.calibration\.method: 'platt' is not a registered name; "
+                                          r"use one of \['isotonic', 'none', 'temperature'\]"):
+        from_dict(EvaluateParams, {"calibration": {"method": "platt"}}, "evaluate")
+    monkeypatch.setitem(METHODS, "platt", METHODS["temperature"])
+    assert from_dict(EvaluateParams, {"calibration": {"method": "platt"}}, "evaluate").calibration.method == "platt"
+    assert Calibrator("platt").fit([0.9, 0.2, 0.8, 0.4], [1, 0, 1, 1]).n == 4
 
 
 def test_unregistered_name_in_params_names_the_key():

@@ -9,7 +9,7 @@ import pytest
 
 from factrl.data.curriculum import build_curriculum, counts, split_m2r, split_segments
 from factrl.data.params import WorldParams
-from factrl.data.world import generate_claims
+from factrl.data.world_claims import generate_claims
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,7 @@ def test_teacher_rollouts_resume_from_finished_chunks(tmp_path, monkeypatch):
 
 def test_shrinking_claim_substitutes_each_bridge_and_declines_a_claim_it_cannot_read():
     from factrl.data.reference import shrinking_claim
-    from factrl.data.world import RELATION
+    from factrl.data.world_entities import RELATION
 
     chain = [(RELATION["soundtrack"], "Fuzul", "Rili Sessions", []),
              (RELATION["recorded_by"], "Rili Sessions", "Kana Bevox", []),

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from factrl.data import world as w
+from factrl.data import world_build, world_claims, world_entities
 from factrl.data.params import WorldParams
 from factrl.data.schemas import CLAIMS, PASSAGES, validate
 
@@ -17,17 +18,17 @@ PARAMS = WorldParams(seed=7, num_passages=3000, num_claims=240, hops=(2, 3, 4))
 
 @pytest.fixture(scope="module")
 def claims() -> pa.Table:
-    return w.generate_claims(PARAMS)
+    return world_claims.generate_claims(PARAMS)
 
 
 @pytest.fixture(scope="module")
 def passages() -> pa.Table:
-    return pa.Table.from_batches(list(w.iter_passage_batches(PARAMS, batch_size=1000)))
+    return pa.Table.from_batches(list(world_build.iter_passage_batches(PARAMS, batch_size=1000)))
 
 
 @pytest.fixture(scope="module")
-def world() -> w.World:
-    return w.build_world(PARAMS)
+def world() -> world_entities.World:
+    return world_build.build_world(PARAMS)
 
 
 def _write(params: WorldParams, tmp_path, tag: str) -> tuple[bytes, bytes]:
@@ -122,12 +123,12 @@ def test_tiny_world_works(tmp_path):
 
 def test_batches_stream_in_order():
     params = WorldParams(seed=2, num_passages=250)
-    batches = list(w.iter_passage_batches(params, batch_size=100))
+    batches = list(world_build.iter_passage_batches(params, batch_size=100))
     assert [b.num_rows for b in batches] == [100, 100, 50]
-    whole = next(w.iter_passage_batches(params, batch_size=1000))
+    whole = next(world_build.iter_passage_batches(params, batch_size=1000))
     assert pa.Table.from_batches(batches).equals(pa.Table.from_batches([whole]))
 
 
 def test_relation_paths_cover_all_hop_counts():
     for h in (2, 3, 4):
-        assert w.relation_paths(h)
+        assert world_claims.relation_paths(h)

@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from factrl.data import world as w
+from factrl.data import world_build, world_claims, world_entities, world_hard
 from factrl.data.params import WorldDifficulty, WorldParams
+from factrl.data.schemas import CLAIMS
 from factrl.data.splits import stratified_split
 from factrl.data.world_teacher import answer_from_chain, chain_facts
 from factrl.data.world_wordings import MAX_WORDINGS, question_wordings, relation_wording
@@ -23,19 +25,19 @@ PARAMS = WorldParams(seed=13, num_passages=2000, num_claims=300, difficulty=HARD
 
 
 @pytest.fixture(scope="module")
-def world() -> w.World:
-    return w.build_world(PARAMS)
+def world() -> world_entities.World:
+    return world_build.build_world(PARAMS)
 
 
 @pytest.fixture(scope="module")
 def generated():
-    claims, variants = w.generate_claims_with_variants(PARAMS)
+    claims, variants = world_claims.generate_claims_with_variants(PARAMS)
     return claims.to_pylist(), variants
 
 
 def _wording_of(question: str) -> int:
     for wording in range(MAX_WORDINGS):
-        for rel in w.RELATIONS:
+        for rel in world_entities.RELATIONS:
             head, tail = relation_wording(rel, wording).question.split("{x}")
             if question.startswith(head) and question.endswith(tail):
                 return wording
@@ -44,9 +46,9 @@ def _wording_of(question: str) -> int:
 
 def test_the_clean_world_is_unchanged():
     """Default knobs: the same bytes as before the hard world existed (a digest of its claims)."""
-    claims = w.generate_claims(WorldParams(seed=3, num_passages=500, num_claims=30))
-    assert w.generate_claims_with_variants(WorldParams(seed=3, num_passages=500, num_claims=30))[1] is None
-    passages = pa.Table.from_batches(list(w.iter_passage_batches(WorldParams(seed=3, num_passages=500))))
+    claims = world_claims.generate_claims(WorldParams(seed=3, num_passages=500, num_claims=30))
+    assert world_claims.generate_claims_with_variants(WorldParams(seed=3, num_passages=500, num_claims=30))[1] is None
+    passages = pa.Table.from_batches(list(world_build.iter_passage_batches(WorldParams(seed=3, num_passages=500))))
     # digests computed with the generator as it was before WorldDifficulty (75a8741)
     assert hashlib.sha256(str(claims.to_pylist()).encode()).hexdigest()[:16] == "5be1a904e523a4d5"
     assert hashlib.sha256(str(passages.to_pylist()).encode()).hexdigest()[:16] == "431e1da97c193086"
@@ -57,10 +59,10 @@ def test_namesakes_are_titled_apart_and_resolvable_from_their_passages(world):
     assert len(set(titles)) == len(titles)  # every passage title still names one entity
     pairs = [(int(a), int(b)) for a, b in enumerate(world.twin) if b > a]
     assert len(pairs) >= 0.25 * len(world) / 2
-    texts = w.entity_passages(world, [i for p in pairs for i in p])
+    texts = world_build.entity_passages(world, [i for p in pairs for i in p])
     qualified = 0
     for a, b in pairs:
-        assert w._base_word(world.base_names[a], world.type_of(a)) == w._base_word(world.base_names[b], world.type_of(b))
+        assert world_hard.base_word(world.base_names[a], world.type_of(a)) == world_hard.base_word(world.base_names[b], world.type_of(b))
         # each passage names its namesake, so a reader can tell which one it holds
         assert f"Not to be confused with {world.name(b)}" in texts[a]
         assert f"Not to be confused with {world.name(a)}" in texts[b]
@@ -68,8 +70,8 @@ def test_namesakes_are_titled_apart_and_resolvable_from_their_passages(world):
             qualified += 1
             assert world.is_qualified(a) and world.is_qualified(b)
             assert world.name(a) != world.name(b) and re.search(r" \([^)]+\)$", world.name(a))
-            assert w.mention(world, a) != w.mention(world, b)
-            assert "(" not in w.mention(world, a)  # a claim tells it apart as a person would
+            assert world_claims.mention(world, a) != world_claims.mention(world, b)
+            assert "(" not in world_claims.mention(world, a)  # a claim tells it apart as a person would
     assert qualified >= 0.2 * len(pairs)
 
 
@@ -90,7 +92,7 @@ def test_every_label_is_true_by_construction(world, generated):
         else:
             assert gold_end not in text
         # the claim is the chain, said in its wording: the start's mention and the end
-        assert w.mention(world, by_title[facts[0].subject])[4:] in text or w.mention(world, by_title[facts[0].subject]) in text.lower()
+        assert world_claims.mention(world, by_title[facts[0].subject])[4:] in text or world_claims.mention(world, by_title[facts[0].subject]) in text.lower()
         assert variant["wording"] == _wording_of(claim["hops"][0]["question"])
 
 
@@ -118,9 +120,9 @@ def test_wordings_of_the_warm_start_and_the_heldout_set_are_disjoint(generated):
     claims, variants = generated
     heldout = HARD.wordings - HARD.heldout_wordings
     # the question wordings are told apart by their words alone
-    for rel in w.RELATIONS:
+    for rel in world_entities.RELATIONS:
         assert len(set(question_wordings(rel))) == MAX_WORDINGS
-    splits = stratified_split(pa.Table.from_pylist(claims, schema=w.CLAIMS), (0.7, 0.1, 0.2), 7)
+    splits = stratified_split(pa.Table.from_pylist(claims, schema=CLAIMS), (0.7, 0.1, 0.2), 7)
     sets = w.variant_sets(splits, variants)
     by_id = {v["id"]: v for v in variants}
     warm = sets["warm"].to_pylist()
@@ -142,9 +144,9 @@ def test_wordings_of_the_warm_start_and_the_heldout_set_are_disjoint(generated):
 def test_a_heldout_relation_combination_leaves_every_training_split():
     small = dataclasses.replace(PARAMS, num_passages=800, num_claims=150,
                                 difficulty=dataclasses.replace(HARD, heldout_combination="produced_by>founded_by"))
-    claims, variants = w.generate_claims_with_variants(small)
+    claims, variants = world_claims.generate_claims_with_variants(small)
     # the claims themselves are those of the same world without the held-out pair: only the split moves
-    same, _ = w.generate_claims_with_variants(dataclasses.replace(small, difficulty=HARD))
+    same, _ = world_claims.generate_claims_with_variants(dataclasses.replace(small, difficulty=HARD))
     assert claims.equals(same)
     splits = stratified_split(claims, (0.7, 0.1, 0.2), 7)
     sets = w.variant_sets(splits, variants)
@@ -152,7 +154,7 @@ def test_a_heldout_relation_combination_leaves_every_training_split():
     assert {c["num_hops"] for c in held} == {2, 3, 4}  # the pair occurs in chains of every length
 
     def relations(claim):  # the chain's relations, read back from its sub-questions
-        return tuple(w.parse_hop_question(h["question"])[0].name for h in claim["hops"])
+        return tuple(world_entities.parse_hop_question(h["question"])[0].name for h in claim["hops"])
 
     def follows(claim):
         rels = relations(claim)
@@ -177,7 +179,7 @@ def test_the_world_teacher_answers_every_wording_and_a_namesake_by_its_bare_name
     claim = next(c for c in claims if re.search(r" \(\d{4} film\)$", c["hops"][0]["question"][:-1]))
     subject = chain_facts(claim["hops"])[0].subject
     bare = re.sub(r" \([^)]*\)$", "", subject)
-    rel = w.RELATION[chain_facts(claim["hops"])[0].relation]
+    rel = world_entities.RELATION[chain_facts(claim["hops"])[0].relation]
     assert answer_from_chain(claim["hops"], rel.question.format(x=bare)) == claim["hops"][0]["answer"]
 
 
@@ -193,16 +195,16 @@ def test_knobs_are_validated():
     small = dataclasses.replace(PARAMS, num_passages=400, num_claims=12)
     for pair, message in (("produced_by>filmed_in", "unknown relation"), ("born_in>founded_by", "no chain follows")):
         with pytest.raises(ValueError, match=message):
-            w.generate_claims(dataclasses.replace(small, difficulty=WorldDifficulty(heldout_combination=pair)))
+            world_claims.generate_claims(dataclasses.replace(small, difficulty=WorldDifficulty(heldout_combination=pair)))
 
 
 def test_same_knobs_same_world_other_knobs_other_world(tmp_path):
     small = dataclasses.replace(PARAMS, num_passages=400, num_claims=24)
-    first = w.generate_claims(small)
-    assert first.equals(w.generate_claims(small))
-    other = w.generate_claims(dataclasses.replace(small, difficulty=dataclasses.replace(HARD, homonyms=0.1)))
+    first = world_claims.generate_claims(small)
+    assert first.equals(world_claims.generate_claims(small))
+    other = world_claims.generate_claims(dataclasses.replace(small, difficulty=dataclasses.replace(HARD, homonyms=0.1)))
     assert not first.equals(other)
-    assert np.array_equal(w.build_world(small).types, w.build_world(dataclasses.replace(small, difficulty=WorldDifficulty())).types)
+    assert np.array_equal(world_build.build_world(small).types, world_build.build_world(dataclasses.replace(small, difficulty=WorldDifficulty())).types)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +219,7 @@ def crowded(tmp_path_factory):
     w.write_world(params, d / "p.parquet", d / "c.parquet")
     w.write_world(dataclasses.replace(params, difficulty=HARD), d / "p0.parquet", d / "c0.parquet")
     build_index(d / "p.parquet", d / "index", embedder=None)
-    return (pq.read_table(d / "c.parquet").to_pylist(), Retriever(d / "index", mode="bm25"), w.build_world(params),
+    return (pq.read_table(d / "c.parquet").to_pylist(), Retriever(d / "index", mode="bm25"), world_build.build_world(params),
             pq.read_table(d / "c0.parquet").to_pylist(), pq.read_table(d / "p0.parquet").to_pylist(),
             pq.read_table(d / "p.parquet").to_pylist())
 
@@ -235,7 +237,7 @@ def test_query_decoys_state_no_fact_and_change_nothing_else(crowded):
         grown += bool(extra)
         for noun, title in extra:
             assert title != after["title"]  # a decoy is about another entity
-            assert noun in {r.noun for r in w.RELATIONS}
+            assert noun in {r.noun for r in world_entities.RELATIONS}
     assert grown > 0.3 * len(passages)
     # the world teacher still answers every hop from the chain
     for claim in claims:
@@ -247,7 +249,7 @@ def test_query_decoys_make_the_natural_first_query_miss_and_the_title_alone_find
     from factrl.data.reference import _search_queries
 
     claims, retriever, *_ = crowded
-    jobs = [(set(h["passage_ids"]), _search_queries(*w.parse_hop_question(h["question"])))
+    jobs = [(set(h["passage_ids"]), _search_queries(*world_entities.parse_hop_question(h["question"])))
             for c in claims for h in c["hops"]]
     natural = retriever.search([q[0] for _, q in jobs], 3)
     alone = retriever.search([q[1] for _, q in jobs], 3)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.data import world as w
 from factrl.data.params import WorldParams
+from factrl.data.world_build import build_world
+from factrl.data.world_entities import World
 from factrl.data.world_numeric import NOT_IN_DOCUMENTS, NUMERIC_FACTS, numeric_questions
 from factrl.text import extract_numbers
 
@@ -13,8 +14,8 @@ PARAMS = WorldParams(seed=7, num_passages=3000, num_claims=240, hops=(2, 3, 4))
 
 
 @pytest.fixture(scope="module")
-def world() -> w.World:
-    return w.build_world(PARAMS)
+def world() -> World:
+    return build_world(PARAMS)
 
 
 def test_numeric_questions_ask_numbers_their_passage_states(world):

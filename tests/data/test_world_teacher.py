@@ -8,7 +8,8 @@ import pytest
 
 from factrl.data import world_teacher as wt
 from factrl.data.params import WorldParams
-from factrl.data.world import RELATION, generate_claims
+from factrl.data.world_claims import generate_claims
+from factrl.data.world_entities import RELATION
 
 # Wordings of each relation's question about {x}, in the styles the reasoning agent writes them:
 # the system prompt's example ("Who founded Orlen Studios?", "In which city was Ilse Parrow born?"),

@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from factrl.eval import runner
+from factrl.eval import cli, runner
 from factrl.llm.backends import LLMSpec, parse_spec, route
 from factrl.llm.serve import create_app
 from tests.servers import running_app
@@ -65,16 +65,16 @@ def test_evaluate_on_an_endpoint_gives_the_in_process_verdicts(tmp_path, local_l
         results.append(real_evaluate(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(runner, "evaluate", keep)
+    monkeypatch.setattr(cli, "evaluate", keep)
     argv = ["--claims", str(claims_dir / "c.parquet"), "--passages", str(claims_dir / "p.parquet"), "--per-hop", "2",
             "--max-new-tokens", "24", "--max-turns", "1", "--n-boot", "20", "--systems", *SYSTEMS]
-    assert runner.main([*argv, "--out", str(tmp_path / "local")], llm_loader=lambda spec: local_llm) == 0
+    assert cli.main([*argv, "--out", str(tmp_path / "local")], llm_loader=lambda spec: local_llm) == 0
     with running_app(create_app(local_llm)) as url:
-        assert runner.main([*argv, "--out", str(tmp_path / "http"), "--backend", "openai", "--base-url", f"{url}/v1",
+        assert cli.main([*argv, "--out", str(tmp_path / "http"), "--backend", "openai", "--base-url", f"{url}/v1",
                             "--model", local_llm.model_name]) == 0
     proxy = fault_proxy(create_app(local_llm))
     with running_app(proxy) as url:
-        assert runner.main([*argv, "--out", str(tmp_path / "faults"), "--backend", "openai",
+        assert cli.main([*argv, "--out", str(tmp_path / "faults"), "--backend", "openai",
                             "--base-url", f"{url}/v1"]) == 0
     local, http, faults = ([(p["system"], p["claim_id"], p["verdict"]) for p in r.predictions] for r in results)
     assert len(local) == 2 * len(SYSTEMS) and any(v is not None for _, _, v in local)

@@ -74,8 +74,7 @@ def test_hop_accuracy_table_of_the_metrics_file(tmp_path, capsys):
     interval per hop, questions per claim; read from metrics/eval.json's nested layout."""
     import json
 
-    from factrl.eval.report import hop_accuracy_markdown, main
-    from factrl.eval.runner import nested_metrics
+    from factrl.eval.report import hop_accuracy_markdown, main, nested_metrics
 
     rows = []
     for system, acc, q in (("HARIS (trained)", 0.8, 2.5), ("RAG", 0.5, 0.0)):

@@ -16,8 +16,9 @@ from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_sc
 from factrl.agents.baselines import DECOMPOSE_SYSTEM, SINGLE_AGENT_SYSTEM
 from factrl.agents.haris import REASONING_SYSTEM, SEARCH_SYSTEM
 from factrl.data.schemas import CLAIMS, METRICS, PASSAGES, TRAJECTORIES, validate
-from factrl.eval import runner
+from factrl.eval import outputs, report, runner
 from factrl.eval.report import table_rows
+from factrl.eval.systems import BaselineSystem, ClaimRun, HarisSystem, build_systems
 from factrl.io import write_parquet
 from factrl.llm.base import Completion, TokensUnsupported
 
@@ -105,7 +106,7 @@ class ConstantSystem:
 
     def run(self, claims, retriever):
         self.batches.append(len(claims))
-        return [runner.ClaimRun(verdict=self.verdict, searches=1) for _ in claims]
+        return [ClaimRun(verdict=self.verdict, searches=1) for _ in claims]
 
 
 # 2-hop: 4 SUPPORTS / 4 REFUTES, 3-hop: 3 / 3 (one malformed); NOT ENOUGH INFO is dropped (binary task)
@@ -126,7 +127,7 @@ def _expected(spec, hops):
 @pytest.fixture
 def result(tmp_path):
     llm = ScriptedLLM()
-    haris = runner.HarisSystem("HARIS test", llm, llm, top_k=2, max_new_tokens=32, max_turns=2)
+    haris = HarisSystem("HARIS test", llm, llm, top_k=2, max_new_tokens=32, max_turns=2)
     always = ConstantSystem("Always supports", "SUPPORTS")
     sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
     res = runner.evaluate(sets, [haris, always], per_hop=100, seed=3, batch_size=4, n_boot=200, trace_claims=2)
@@ -201,7 +202,7 @@ def test_checkwhy_scores_accuracy_on_positive_claims(tmp_path):
     cell = _cell(res.rows, "Always refutes", None)
     assert set(cell) == {"accuracy", *runner.COUNT_METRICS}  # no F1 on a one-class set
     assert cell["accuracy"]["value"] == 0.0 and cell["accuracy"]["n"] == 4  # REFUTES rows dropped
-    nested = runner.nested_metrics(res.rows)
+    nested = report.nested_metrics(res.rows)
     assert nested["checkwhy"]["all"]["Always refutes"]["accuracy"] == 0.0
 
 
@@ -218,7 +219,7 @@ def test_sampling_balances_labels_per_hop():
 
 def test_nested_metrics_and_table_rows(result):
     res, _, _ = result
-    nested = runner.nested_metrics(res.rows)
+    nested = report.nested_metrics(res.rows)
     cell = nested["demo"]["2hop"]["HARIS test"]
     assert cell["accuracy"] == pytest.approx(5 / 8) and cell["n"] == 8
     assert cell["ci_low"]["accuracy"] <= cell["accuracy"] <= cell["ci_high"]["accuracy"]
@@ -232,11 +233,11 @@ def test_nested_metrics_and_table_rows(result):
 
 def test_write_outputs(result, tmp_path):
     res, _, _ = result
-    written = runner.write_outputs(res, metrics_path=tmp_path / "m" / "eval.json", report_path=tmp_path / "r" / "eval.md",
-                                   plots_dir=tmp_path / "p", traces_path=tmp_path / "r" / "traces.html",
-                                   title="Tiny", notes=["n1"],
-                                   reward_points=[{"agent": "reason", "round": 1, "step": s, "reward": 0.1 * s}
-                                                  for s in (1, 2, 3)])
+    written = outputs.write_outputs(res, metrics_path=tmp_path / "m" / "eval.json", report_path=tmp_path / "r" / "eval.md",
+                                    plots_dir=tmp_path / "p", traces_path=tmp_path / "r" / "traces.html",
+                                    title="Tiny", notes=["n1"],
+                                    reward_points=[{"agent": "reason", "round": 1, "step": s, "reward": 0.1 * s}
+                                                   for s in (1, 2, 3)])
     assert json.loads(written["metrics"].read_text())["demo"]["3hop"]["HARIS test"]["n"] == 6
     md = written["report"].read_text()
     assert "| HARIS test |" in md and "HARIS (paper)" in md and "demo 2-hop Acc" in md
@@ -249,16 +250,16 @@ def test_write_outputs(result, tmp_path):
 
 def test_build_systems_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown system"):
-        runner.build_systems(["haris", "oracle"], [("H", "m", "m")], "m", load_llm=lambda s: None)
+        build_systems(["haris", "oracle"], [("H", "m", "m")], "m", load_llm=lambda s: None)
     loaded = []
-    systems = runner.build_systems(["haris"], [("H1", "a", "b"), ("H2", "a", "a")], "m", load_llm=loaded.append)
+    systems = build_systems(["haris"], [("H1", "a", "b"), ("H2", "a", "a")], "m", load_llm=loaded.append)
     assert [s.name for s in systems] == ["H1", "H2"] and loaded == ["a", "b"]  # each model loaded once
 
 
 def test_baselines_run_through_the_runner(tmp_path):
     llm = ScriptedLLM()
-    systems = runner.build_systems(["haris", "single_agent", "rag", "decompose_verify"], [("HARIS s", "m", "m")],
-                                   "m", load_llm=lambda spec: llm, max_new_tokens=32, max_turns=2)
+    systems = build_systems(["haris", "single_agent", "rag", "decompose_verify"], [("HARIS s", "m", "m")],
+                            "m", load_llm=lambda spec: llm, max_new_tokens=32, max_turns=2)
     assert [s.name for s in systems] == ["HARIS s", "Single agent", "RAG", "Decomp-Verify"]
     sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
     res = runner.evaluate(sets, systems, per_hop=100, seed=0, batch_size=8, n_boot=100, trace_claims=1)
@@ -299,7 +300,7 @@ def test_each_system_frees_its_engines_once_it_has_scored(tmp_path):
     the demo): a system's engines are freed as soon as it is done, before the next system runs."""
     log: list[str] = []
     first, second = ReleasingLLM("a", log), ReleasingLLM("b", log)
-    systems = [runner.HarisSystem("first", first, first, max_new_tokens=32), runner.BaselineSystem("RAG", "rag", second)]
+    systems = [HarisSystem("first", first, first, max_new_tokens=32), BaselineSystem("RAG", "rag", second)]
     sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
     runner.evaluate(sets, systems, per_hop=100, seed=0, batch_size=8, n_boot=10, trace_claims=0)
     first_b, last_a = log.index("b:chat"), len(log) - 1 - log[::-1].index("a:chat")
@@ -330,8 +331,8 @@ def test_cli_defaults_equal_the_stage_params():
     from pathlib import Path
 
     from factrl.config import load_section
+    from factrl.eval.cli import cli_parser
     from factrl.eval.params import EvaluateParams
-    from factrl.eval.runner import cli_parser
 
     stage = load_section(EvaluateParams, Path(__file__).resolve().parents[2] / "params.yaml")
     args = cli_parser().parse_args(["--claims", "c.jsonl", "--passages", "p.jsonl", "--out", "o"])

@@ -231,33 +231,6 @@ def test_prefix_cache_multi_turn_matches_uncached(local_llm):
     assert got == until_eos(ref.tolist(), cached.eos_ids)
 
 
-def test_prefix_cache_lookup_and_eviction():
-    from factrl.llm.local import PrefixCache
-
-    def kv(n):  # two layers of [heads=1, n, head_dim=2] float32: 2 * 2 * n * 2 * 4 = 32 n bytes
-        return [(torch.full((1, n, 2), float(n)), torch.zeros(1, n, 2)) for _ in range(2)]
-
-    cache = PrefixCache(max_bytes=32 * 10)
-    cache.put([1, 2, 3], kv(3))
-    entry, n = cache.longest(torch.tensor([1, 2, 9, 9]))
-    assert n == 2 and entry.ids.tolist() == [1, 2, 3]  # a shared prefix counts, not only extensions
-    assert cache.longest(torch.tensor([7, 1, 2]))[1] == 0
-    cache.put([1, 2, 3, 4], kv(4))  # extends [1, 2, 3]: the shorter entry is redundant and dropped
-    assert len(cache) == 1 and cache.nbytes == 32 * 4
-    cache.put([1, 2], kv(2))  # covered by [1, 2, 3, 4]: not stored
-    assert len(cache) == 1
-    cache.put([5, 6, 7], kv(3))
-    assert len(cache) == 2 and cache.nbytes == 32 * 7
-    cache.longest(torch.tensor([1, 2, 3, 4]))  # touch: [5, 6, 7] is now the least recently used
-    cache.put([8, 9, 10, 11], kv(4))  # 11 * 32 bytes > budget: evict LRU
-    assert cache.longest(torch.tensor([5, 6, 7]))[1] == 0
-    assert cache.longest(torch.tensor([1, 2, 3, 4, 5]))[1] == 4 and cache.nbytes <= cache.max_bytes
-    cache.put(list(range(100, 112)), kv(12))  # larger than the whole budget: never stored
-    assert cache.longest(torch.tensor([100, 101]))[1] == 0 and cache.nbytes <= cache.max_bytes
-    cache.clear()
-    assert len(cache) == 0 and cache.nbytes == 0
-
-
 @pytest.mark.slow  # minutes of real SmolLM2 decoding on 2 cores
 def test_prefix_cache_tiny_budget_stays_bounded_and_exact(local_llm):
     params = SamplingParams(max_tokens=8)
@@ -297,34 +270,6 @@ def test_prefix_cache_invalidated_by_in_place_weight_update(local_llm):
     cleared.chat([Q2], params)
     cleared.clear_prefix_cache()
     assert len(cleared.prefix_cache) == 0
-
-
-def test_ngram_draft_prefers_the_longest_recent_match():
-    from factrl.llm.local import ngram_draft
-
-    assert ngram_draft([1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3], k=2) == [7, 5]  # "2 3" last seen before 7 5
-    assert ngram_draft([5, 6, 7, 5, 6], k=3) == [7, 5, 6]
-    assert ngram_draft([1, 2, 3], k=3) == []  # the last token never occurred before
-    assert ngram_draft([4, 4], k=0) == []
-
-
-def test_verify_draft_keeps_the_target_distribution():
-    """Speculative sampling with a point-mass draft: the first emitted token follows p exactly."""
-    from factrl.llm.local import verify_draft
-
-    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
-    logits = torch.log(p.clamp_min(1e-30))[None].repeat(2, 1)
-    sampled = SamplingParams(temperature=1.0)
-    g = torch.Generator().manual_seed(0)
-    counts = torch.zeros(4)
-    for _ in range(6000):
-        tokens, accepted = verify_draft(logits, [1], sampled, g)
-        counts[tokens[0]] += 1
-        assert accepted == (tokens[0] == 1) and len(tokens) == 1 + accepted
-    assert torch.allclose(counts / counts.sum(), p, atol=0.02)
-    # greedy: accept while the draft equals the argmax, then emit the argmax
-    assert verify_draft(logits, [0], SamplingParams(), None) == ([0, 0], 1)
-    assert verify_draft(logits, [2], SamplingParams(), None) == ([0], 0)
 
 
 def test_speculative_decoding_changes_no_output(local_llm):

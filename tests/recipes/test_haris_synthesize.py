@@ -13,7 +13,7 @@ import pytest
 
 from factrl.data.params import WorldParams
 from factrl.data.splits import balanced_subset
-from factrl.data.world import generate_claims
+from factrl.data.world_claims import generate_claims
 from factrl.llm.base import Completion
 from factrl.llm.signatures import PseudoAnswer
 from factrl.model_names import RoundParams

@@ -11,7 +11,7 @@ import yaml
 from dvc.repo import Repo
 
 from factrl.data.params import WorldParams
-from factrl.data.world import generate_claims
+from factrl.data.world_claims import generate_claims
 from factrl.io import write_parquet
 from stages import curriculum
 from tests.pipeline_repo import edit_params, make_pipeline_repo

@@ -14,8 +14,9 @@ import yaml
 
 from factrl.config import ConfigError, load_section
 from factrl.data.params import PrepareParams
-from factrl.eval import runner
+from factrl.eval import cli, report
 from factrl.eval.params import EvaluateParams
+from factrl.eval.systems import load_llm
 from tests.eval.test_runner import ScriptedLLM
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 
@@ -167,7 +168,7 @@ def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):
         loaded.append((spec, precision))
         return ScriptedLLM()
 
-    monkeypatch.setattr(runner, "load_llm", load_llm)
+    monkeypatch.setattr(stage, "load_llm", load_llm)
     _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris", "rag"], "n_boot": 20,
                                                "retrieval_mode": "bm25", "trace_claims": 0, "precision": "fp32"})
     stage.main("params.yaml")
@@ -176,13 +177,13 @@ def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):
 
 
 def test_runner_load_llm_gives_the_local_engine_its_precision():
-    assert runner.load_llm("smollm2-135m", device="cpu", precision="fp32").precision == "fp32"
+    assert load_llm("smollm2-135m", device="cpu", precision="fp32").precision == "fp32"
 
 
 def test_demo_eval_split_has_60_balanced_claims_per_hop(repo_root):
     """params.yaml's world and split leave evaluate.per_hop claims per hop setting, half per label."""
     from factrl.data.splits import stratified_split
-    from factrl.data.world import generate_claims
+    from factrl.data.world_claims import generate_claims
 
     params = repo_root / "params.yaml"
     prepare, evaluate = load_section(PrepareParams, params), load_section(EvaluateParams, params)
@@ -359,7 +360,7 @@ def test_cli_on_haris_eval_sample_with_scripted_llm(tmp_path, claims_sample, sha
     loaded = []
     argv = ["--claims", str(claims_sample), "--passages", str(shared_data / "haris_eval" / "passages.jsonl"),
             "--out", str(out), "--per-hop", "20", "--n-boot", "200"]  # every system
-    assert runner.main(argv, llm_loader=lambda spec: loaded.append(spec) or ScriptedLLM()) == 0
+    assert cli.main(argv, llm_loader=lambda spec: loaded.append(spec) or ScriptedLLM()) == 0
     assert loaded == ["smollm2-135m"]  # one engine shared by HARIS and the baselines
     metrics = _check_cli_outputs(out, "HARIS (smollm2-135m)", 20)
     # the scripted model supports every claim without a marker: half right on a balanced sample
@@ -399,7 +400,7 @@ def test_eval_table_for_the_pipeline_artifacts(tmp_path):
     assert pipeline._eval_table(tmp_path / "eval.json") == []  # evaluate has not run
     rows = [{"dataset": "checkwhy", "system": "HARIS r1", "num_hops": None, "metric": "accuracy", "value": 0.608,
              "ci_low": 0.5, "ci_high": 0.7, "n": 250}]
-    (tmp_path / "eval.json").write_text(json.dumps(runner.nested_metrics(rows)))
+    (tmp_path / "eval.json").write_text(json.dumps(report.nested_metrics(rows)))
     assert pipeline._eval_table(tmp_path / "eval.json") == [
         {"dataset": "checkwhy", "hops": "all", "system": "HARIS r1", "accuracy": 60.8, "accuracy_ci95": "[50.0, 70.0]",
          "f1_weighted": "", "n": 250, "avg_questions": 0.0, "avg_searches": 0.0}]
@@ -418,7 +419,7 @@ def test_pipeline_run_publishes_eval_table(tmp_path, repo_root):
     rows = [{"dataset": "demo", "system": "RAG", "num_hops": 2, "metric": m, "value": v, "ci_low": v - 0.1,
              "ci_high": v + 0.1, "n": 20} for m, v in (("accuracy", 0.55), ("f1_weighted", 0.5), ("avg_searches", 1.0))]
     (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics" / "eval.json").write_text(json.dumps(runner.nested_metrics(rows)))
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps(report.nested_metrics(rows)))
 
     @flow
     def publish():

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from factrl.data.schemas import DataError
 from factrl.data.sources import iter_jsonl
-from factrl.data.world import parse_hop_question
+from factrl.data.world_entities import parse_hop_question
 
 
 def world_question(claim: dict) -> tuple[str, list[tuple[str, str]]] | None:

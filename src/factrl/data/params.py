@@ -11,7 +11,7 @@ from factrl.config import params_section
 
 @dataclass(frozen=True)
 class WorldDifficulty:
-    """What makes the demo world hard the way real claims are (``factrl.data.world``); all off by
+    """What makes the demo world hard the way real claims are (``factrl.data.world_hard``); all off by
     default, which is the clean world (one wording, unique names, far refutations).
 
     homonyms: share of entities that get a namesake (another entity with the same base name, of the
@@ -35,7 +35,7 @@ class WorldDifficulty:
         a second search, by the title alone, is needed (the warm start's re-query,
         ``warmup.search_max_turns``). At 0.3 on the demo's world, BM25: the natural query's hit@3
         0.998 -> 0.960 (hit@1 0.93 -> 0.79), either of two searches 0.997.
-    heldout_combination: two relations, ``"first>second"`` (``factrl.data.world.RELATIONS``), whose
+    heldout_combination: two relations, ``"first>second"`` (``factrl.data.world_entities.RELATIONS``), whose
         combination no training claim uses: every claim whose chain follows ``first`` then ``second``
         leaves train, dev and eval for ``data/claims/heldout_combination.parquet``. Each relation
         still occurs in other chains, so the set asks whether the agents compose known hops in a new

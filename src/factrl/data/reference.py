@@ -34,7 +34,7 @@ from factrl.agents.protocol import parse_reasoning, parse_search
 from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN
 from factrl.agents.tools import RetrieverTool, format_hits
 from factrl.data.schemas import DataError
-from factrl.data.world import parse_hop_question
+from factrl.data.world_entities import parse_hop_question
 
 WORLD = "world"
 TEACHER = "teacher"

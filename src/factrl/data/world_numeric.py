@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from factrl.data.params import WorldParams
-from factrl.data.world import build_world, entity_passages
+from factrl.data.world_build import build_world, entity_passages
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class NumericFact:
 # The answer to a numeric question whose documents do not give the number (MARCH's solver references).
 NOT_IN_DOCUMENTS = "The documents do not give this number."
 
-# Each is read off the passage templates of ``factrl.data.world`` (``_passage_texts``); a test checks that every
+# Each is read off the passage templates of ``factrl.data.world_build`` (``_passage_texts``); a test checks that every
 # question's number is in its entity's passage. Country populations are left out: the passage
 # says "roughly N thousand inhabitants" with N already in people, an ambiguous number to ask for.
 NUMERIC_FACTS = (

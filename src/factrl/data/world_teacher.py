@@ -4,7 +4,7 @@ The HARIS paper has GPT-4o read a claim's gold evidence and answer the reasoning
 (pseudo ground truth for the search agent, Appendix A.4), or say None when the evidence does not
 answer it. On the generated demo world the gold evidence is known as facts: every hop of a claim
 (``hops``: the sub-question, its answer, its passage) states one edge ``entity --relation--> answer``
-of the world (``factrl.data.world.RELATIONS``). This teacher reads those facts, so its pseudo
+of the world (``factrl.data.world_entities.RELATIONS``). This teacher reads those facts, so its pseudo
 answers are right whenever it understands the question, which a 135M model acting as teacher is not.
 
 How a question is understood (:func:`answer_from_chain`):
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factrl.data.world import RELATION, RELATIONS, parse_hop_question
+from factrl.data.world_entities import RELATION, RELATIONS, parse_hop_question
 
 MODEL_NAME = "world-chain"
 

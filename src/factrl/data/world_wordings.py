@@ -1,7 +1,7 @@
 """The demo world's wordings: how each relation is said in claims, sub-questions and passages.
 
 Wording 0 is the clean world's (``Relation.noun``, ``.predicate``, ``.question`` and the passage
-templates of ``factrl.data.world``); wordings 1 and 2 say the same facts with other words, and
+templates of ``factrl.data.world_build``); wordings 1 and 2 say the same facts with other words, and
 wording 2 also turns the claim around (the claimed end first: ``Debix is the home country of ...``),
 so an agent that learned to copy wording 0's template meets a sentence it has not seen.
 ``WorldDifficulty.wordings`` says how many are in use, ``heldout_wordings`` how many of the last
@@ -55,7 +55,7 @@ _ALTERNATIVES: dict[str, tuple[RelationWording, RelationWording]] = {
 
 
 def relation_wording(relation, wording: int) -> RelationWording:
-    """``relation`` (a ``factrl.data.world.Relation``) in ``wording`` (0 .. MAX_WORDINGS - 1)."""
+    """``relation`` (a ``factrl.data.world_entities.Relation``) in ``wording`` (0 .. MAX_WORDINGS - 1)."""
     if wording == 0:
         return RelationWording(relation.noun, relation.predicate, relation.question)
     return _ALTERNATIVES[relation.name][wording - 1]
@@ -68,7 +68,7 @@ def question_wordings(relation) -> tuple[str, ...]:
 
 # Passage templates per type and wording, over named fields (``{n}`` the entity's title, ``{year}``,
 # and the titles of its relations' targets). Wording 0 is the clean world's text, built column-wise
-# in ``factrl.data.world._passage_texts``; these are its equals for wordings 1 and 2.
+# in ``factrl.data.world_build._passage_texts``; these are its equals for wordings 1 and 2.
 PASSAGE_TEMPLATES: dict[str, tuple[str, str]] = {
     "person": ("Born in {year} in {born_in}, {n} grew up there.",
                "{n} ({year}) is a native of {born_in}."),

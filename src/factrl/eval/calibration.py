@@ -38,10 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from factrl.eval.params import CalibrationParams
 from factrl.registry import Registry
 
-__all__ = ["CalibrationParams", "Calibrator", "METHODS", "brier", "calibration_metrics", "calibration_path",
+__all__ = ["Calibrator", "METHODS", "brier", "calibration_metrics", "calibration_path",
            "checkpoint_slug", "coverage_curve", "ece", "reliability"]
 
 ECE_BINS = 10  # equal-width bins of [0, 1] for ECE and the reliability diagram

@@ -1,5 +1,5 @@
 """Stage ``evaluate``'s parameters: the eval sets, the HARIS checkpoints against the baselines
-(``factrl.eval.runner``), and the calibration map fitted per checkpoint (``factrl.eval.calibration``).
+(``factrl.eval.systems``), and the calibration map fitted per checkpoint (``factrl.eval.calibration``).
 The service (``factrl.service.params``) answers with the same limits."""
 
 from __future__ import annotations
@@ -7,7 +7,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from factrl.config import Device, params_section
+from factrl.config import Device, names_from, params_section
+
+
+def _system_names():
+    # the systems and the agents they run: imported when params load, not with this module (stage
+    # index reads EvalSetParams)
+    from factrl.eval.systems import system_names
+
+    return system_names()
+
+
+def _calibration_methods():
+    from factrl.eval.calibration import METHODS  # numpy: imported when params load
+
+    return ("none", *METHODS)
 
 
 @dataclass(frozen=True)
@@ -61,7 +75,7 @@ class CalibrationParams:
     """``evaluate.calibration``: the calibration map fitted per HARIS checkpoint during ``evaluate``
     (``factrl.eval.calibration``), saved to ``metrics/calibration/<checkpoint-slug>.json``.
 
-    method: ``isotonic`` or ``temperature`` (names of ``factrl.eval.calibration.METHODS``), or
+    method: ``isotonic`` or ``temperature`` (any name of ``factrl.eval.calibration.METHODS``), or
         ``none`` to skip it (no dev claims evaluated, no maps written, no calibration metrics).
     dev_set: the claim file the maps are fitted on; never the eval claims: the demo world's dev
         split, which no stage trains on.
@@ -69,7 +83,7 @@ class CalibrationParams:
         checkpoint runs on them once, on top of the evaluation itself.
     """
 
-    method: Literal["isotonic", "temperature", "none"] = "temperature"
+    method: str = names_from(_calibration_methods, "temperature")
     dev_set: str = "data/claims/dev.parquet"
     dev_per_hop: int = 10
 
@@ -91,8 +105,8 @@ class EvaluateParams:
     real: also evaluate ``real_sets`` in the stage (into ``metrics/eval.json`` with ``sets``).
     per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
     seed: seed of the sampling and of the bootstrap.
-    systems: which systems run: ``haris`` (once per checkpoint), ``single_agent``, ``rag``,
-        ``decompose_verify``.
+    systems: which systems run: ``haris`` (once per checkpoint) and any baseline registered in
+        ``factrl.eval.systems.BASELINES`` (``single_agent``, ``rag``, ``decompose_verify``).
     checkpoints: the HARIS checkpoints, one report row each (see :class:`CheckpointParams`); default
         base, warm and trained: HARIS on ``base`` (params ``model.base``), on ``warm`` (the warm start's
         models/*_0) and on ``last`` (the last round of params ``rounds``), so adding a round moves the
@@ -124,10 +138,7 @@ class EvaluateParams:
     real: bool = False
     per_hop: int = 60
     seed: int = 0
-    # a Literal, not names_from(eval.runner.SYSTEMS): runner imports this module (an import circle);
-    # tests/test_registry.py checks that the two name the same systems
-    systems: tuple[Literal["haris", "single_agent", "rag", "decompose_verify"], ...] = (
-        "haris", "single_agent", "rag", "decompose_verify")
+    systems: tuple[str, ...] = names_from(_system_names, ("haris", "single_agent", "rag", "decompose_verify"))
     checkpoints: tuple[CheckpointParams, ...] = (
         CheckpointParams("HARIS (base)", "base", "base"),
         CheckpointParams("HARIS (warm)", "warm", "warm"),

@@ -86,7 +86,7 @@ def reliability_spec(calibration: Mapping) -> dict:
     """Reliability diagrams: accuracy against mean confidence per confidence bin (all hops), one line
     per system and confidence (raw, calibrated), point size the bin's claim count, and the diagonal
     of perfect calibration. ``calibration``: dataset -> system -> hop -> metrics, as
-    ``factrl.eval.runner.apply_calibration`` measures them (bins of ``reliability_raw`` /
+    ``factrl.eval.calibration_run.apply_calibration`` measures them (bins of ``reliability_raw`` /
     ``reliability_calibrated``)."""
     values = [
         {"system": system if len(calibration) == 1 else f"{dataset}: {system}", "kind": kind,

@@ -13,10 +13,12 @@ preallocated cache (:mod:`factrl.llm.kv_slots`): joining or leaving the batch co
 
 Multi-turn rollouts continue the whole context so far at every turn, and many prompts share a
 long system prompt; re-running the model over those tokens (prefill) would dominate the cost. The
-engine therefore keeps a bounded :class:`PrefixCache` of the key/value states of every prompt it
-prefilled and every sequence it decoded, and prefills a prefix shared by all rows admitted
-together once: each row then runs the model only over the tokens after its longest cached prefix.
+engine therefore keeps a bounded :class:`~factrl.llm.prefix_cache.PrefixCache` of the key/value
+states of every prompt it prefilled and every sequence it decoded, and prefills a prefix shared by
+all rows admitted together once: each row then runs the model only over the tokens after its
+longest cached prefix.
 The cache is dropped whenever the weights change (trainers update them in place between steps).
+Tokens are picked, and drafted and verified while few rows decode, by :mod:`factrl.llm.sampling`.
 
 Why a home-made engine and not transformers' own continuous batching (``generate_batch`` /
 ``ContinuousBatchingManager``, paged cache): measured with ``bench/llm.py``
@@ -39,7 +41,7 @@ from __future__ import annotations
 import copy
 import functools
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -48,187 +50,14 @@ from transformers import DynamicCache
 
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
-from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan
+from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan, use_fp32_attention
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
+from factrl.llm.prefix_cache import PrefixCache, PrefixEntry
+from factrl.llm.sampling import ngram_draft, row_seed, sample_tokens, verify_draft
 from factrl.llm.tokens import decode_completion, encode_chat, eos_token_ids
-
-
-def _probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The sampling distribution ``[..., V]``: temperature, then nucleus (top-p) filtering."""
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (the first token always survives)
-        drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p.masked_fill(drop, 0.0))
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
-
-
-def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """Pick one token per row of ``logits`` ``[B, V]``: argmax when greedy, else sample."""
-    if params.greedy:
-        return logits.argmax(dim=-1)
-    return torch.multinomial(_probs(logits, params), 1, generator=generator).squeeze(-1)
-
-
-def ngram_draft(context: Sequence[int], k: int, max_n: int = 3) -> list[int]:
-    """Prompt-lookup drafting: the (up to ``k``) tokens that followed the most recent earlier
-    occurrence of the context's last n-gram, trying the longest n first (vLLM's ``ngram``
-    speculator). Small models copy names from passages and repeat themselves, so these drafts
-    are often right; they cost no model call."""
-    size = len(context)
-    for n in range(min(max_n, size - 1), 0, -1):
-        key = list(context[size - n :])
-        last = key[-1]
-        for start in range(size - n - 1, -1, -1):
-            if context[start + n - 1] == last and list(context[start : start + n]) == key:
-                return list(context[start + n : start + n + k])
-    return []
-
-
-def verify_draft(logits: torch.Tensor, draft: Sequence[int], params: SamplingParams,
-                 generator: torch.Generator | None) -> tuple[list[int], int]:
-    """The tokens one row emits after a verification pass, and how many of them are draft tokens.
-
-    ``logits`` ``[len(draft) + 1, V]``: position ``j`` predicts the token after draft token ``j - 1``.
-    Each position picks its token exactly as a plain decode step would (:func:`_sample`: the
-    argmax, or one draw from the row's sampler); draft tokens are accepted while they equal the
-    pick, and the first pick that differs (or the one after a fully accepted draft) is emitted too.
-
-    So every emitted token costs the same draws of ``generator`` as on the plain path, and a seeded
-    row emits the same tokens whether it speculated or not, i.e. whatever the number of rows
-    decoding beside it. For sampling this is still exact speculative sampling with a point-mass
-    draft ``x``: ``x`` is accepted with probability ``p(x)``, and a rejection emits a sample of
-    ``p`` given that it is not ``x``, which is ``p`` without ``x``, renormalised (Leviathan et al.).
-    """
-    def pick(j: int) -> int:
-        return int(_sample(logits[j][None], params, generator)[0])
-
-    out: list[int] = []
-    for j, x in enumerate(draft):
-        out.append(pick(j))
-        if out[j] != x:
-            return out, j
-    return out + [pick(len(draft))], len(draft)
-
-
-def use_fp32_attention(model) -> bool:
-    """Keep a bf16 model's key/value states (the cache) and attention in fp32; the matrix products
-    stay bf16. CPU bf16 attention is several times slower than fp32 (measured here: 4 ms vs
-    0.5 ms per layer at batch 16 over 500 cached tokens), while its FLOPs are few.
-
-    Forward hooks cast the key and value projections' outputs to fp32, so the cache stores fp32
-    states and attention never converts the whole cache (:func:`~factrl.llm.kv_slots.slot_attention`
-    casts the query). Returns False (nothing changed) for architectures without ``k_proj`` /
-    ``v_proj`` modules.
-    """
-    projections = [m for name, m in model.named_modules() if name.endswith(("k_proj", "v_proj"))]
-    if not projections:
-        return False
-    for m in projections:
-        m.register_forward_hook(lambda _module, _args, out: out.float())
-    return True
-
 
 # A prefix shorter than this is not worth a separate forward pass before the batch.
 MIN_SHARED_PREFIX = 16
-
-
-@dataclass
-class _Entry:
-    """The key/value states of one token sequence: per layer ``(keys, values)``, each
-    ``[num_kv_heads, len(ids), head_dim]``."""
-
-    ids: torch.Tensor  # [T] int64
-    kv: list[tuple[torch.Tensor, torch.Tensor]]
-    nbytes: int
-
-
-class PrefixCache:
-    """A byte-bounded LRU store of key/value states keyed by token-id sequences.
-
-    The states at position ``t`` depend only on tokens ``0..t``, so an entry serves any sequence
-    that shares a prefix with it, not only sequences that extend it: :meth:`longest` returns the
-    entry with the longest common prefix and its length. Entries that are a prefix of a newer
-    entry are dropped (the newer one serves them), and the least recently used entries are
-    evicted once ``max_bytes`` is exceeded.
-    """
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.nbytes = 0
-        self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
-        self._matrix: torch.Tensor | None = None  # [E, max_len] ids, -1 padded; rebuilt lazily
-        self._keys: list[tuple[int, ...]] = []  # the entry of each matrix row
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.nbytes = 0
-        self._matrix, self._keys = None, []
-
-    def _common_lengths(self, ids: torch.Tensor) -> torch.Tensor:
-        """``[E]`` length of the common prefix of ``ids`` ``[T]`` with every entry (matrix order)."""
-        if self._matrix is None:
-            self._keys = list(self._entries)
-            width = max(len(k) for k in self._keys)
-            self._matrix = torch.full((len(self._keys), width), -1, dtype=torch.long)
-            for r, key in enumerate(self._keys):
-                self._matrix[r, : len(key)] = self._entries[key].ids
-        m = min(self._matrix.shape[1], len(ids))
-        same = self._matrix[:, :m] == ids[:m]
-        return same.to(torch.int32).cumprod(dim=1).sum(dim=1)
-
-    def longest(self, ids: torch.Tensor) -> tuple[_Entry | None, int]:
-        """The entry sharing the longest prefix with ``ids`` ``[T]`` and that length (0: none)."""
-        if not self._entries or len(ids) == 0:
-            return None, 0
-        lengths = self._common_lengths(ids)
-        best = int(lengths.argmax())
-        n = int(lengths[best])
-        if n == 0:
-            return None, 0
-        key = self._keys[best]
-        self._entries.move_to_end(key)
-        return self._entries[key], n
-
-    def covers(self, ids: Sequence[int]) -> bool:
-        """Whether an entry holds the states of all of ``ids``."""
-        return bool(ids) and self.longest(torch.tensor(list(ids)))[1] == len(ids)
-
-    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Store the states of ``ids`` (``kv`` as in :class:`_Entry`) unless an entry covers them."""
-        key = tuple(ids)
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
-        if not key or nbytes > self.max_bytes:
-            return
-        t = torch.tensor(key, dtype=torch.long)
-        if self._entries:
-            lengths = self._common_lengths(t)
-            covering = [self._keys[r] for r in (lengths == len(key)).nonzero().flatten().tolist()]
-            if covering:  # an existing entry already extends this sequence
-                self._entries.move_to_end(covering[0])
-                return
-            for r in (lengths == torch.tensor([len(k) for k in self._keys])).nonzero().flatten().tolist():
-                self._drop(self._keys[r])  # a prefix of the new sequence: the new entry serves it
-        self._entries[key] = _Entry(t, kv, nbytes)
-        self.nbytes += nbytes
-        self._matrix = None
-        while self.nbytes > self.max_bytes:
-            self._drop(next(iter(self._entries)))
-
-    def _drop(self, key: tuple[int, ...]) -> None:
-        self.nbytes -= self._entries.pop(key).nbytes
-        self._matrix = None
-
-
-def row_seed(seed: int, row: int) -> int:
-    """The sampler seed of row ``row`` of a call seeded with ``seed``: distinct per row, so the
-    ``n`` samples of one prompt differ, and independent of the batch the row decodes in."""
-    return (seed * 1_000_003 + row) % (2**63)
 
 
 @dataclass
@@ -264,12 +93,13 @@ class LocalLLM:
     ``model_obj`` holds fp32 weights (a policy under training), the engine decodes with a bf16 copy
     that it re-syncs whenever the weights change, as verl syncs the actor's weights into its
     rollout engine. ``max_batch`` bounds the rows decoded together and so the key/value slot
-    storage (kept between calls until :meth:`release`). ``prefix_cache_bytes`` bounds the
-    key/value states kept between calls (see :class:`PrefixCache`; 0 turns the cache off). While
-    at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step also
-    verifies an n-gram draft of up to ``speculative_tokens`` tokens per row (:func:`ngram_draft`,
-    :func:`verify_draft`: the output is unchanged, greedy or sampled, and a seeded row's tokens
-    do not depend on whether it speculated); 0 turns it off. The cache
+    storage (kept between calls until :meth:`release`). ``prefix_cache_bytes`` bounds the key/value
+    states kept between calls (see :class:`~factrl.llm.prefix_cache.PrefixCache`; 0 turns the cache
+    off). While at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step
+    also verifies an n-gram draft of up to ``speculative_tokens`` tokens per row
+    (:func:`~factrl.llm.sampling.ngram_draft`, :func:`~factrl.llm.sampling.verify_draft`: the output is
+    unchanged, greedy or sampled, and a seeded row's tokens do not depend on whether it speculated); 0
+    turns it off. The cache
     is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model
     was modified in place or replaced since the last call. ``device`` (``auto``, ``cpu``,
     ``cuda[:n]``) is where a model loaded here runs; a given ``model_obj`` is decoded where its
@@ -478,7 +308,7 @@ class LocalLLM:
         self.stats["prefilled_tokens"] += n
         self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
 
-    def _cached_prefix(self, ids: Sequence[int]) -> tuple[_Entry | None, int]:
+    def _cached_prefix(self, ids: Sequence[int]) -> tuple[PrefixEntry | None, int]:
         """The prefix-cache entry to reuse for ``ids`` and how many of its tokens (at least one
         token of ``ids`` is left to run, for its logits)."""
         if self.prefix_cache is None:
@@ -652,7 +482,7 @@ class LocalLLM:
         sample from the row's own sampler."""
         if r.params.greedy:
             return int(argmax)
-        return int(_sample(logits[None], r.params, r.generator)[0])
+        return int(sample_tokens(logits[None], r.params, r.generator)[0])
 
     def _finish(self, r: GenerationRequest) -> None:
         r.completion = decode_completion(self.tokenizer, r.out, r.finish_reason, r.params, ended_by_eos=r.ended_by_eos,

@@ -2,7 +2,7 @@
 
 The claims of a batch run through :meth:`factrl.agents.haris.Haris.verify` in one call, so the
 project's scheduler batches every agent turn of every claim on the shared engines (as ``evaluate``
-runs HARIS, ``factrl.eval.runner.HarisSystem``). The retriever is wrapped in a
+runs HARIS, ``factrl.eval.systems.HarisSystem``). The retriever is wrapped in a
 :class:`RecordingRetriever` for the batch, so each search rollout's hits are known by id: citations
 come only from those (``factrl.service.citations``), and only from passages whose text was in the
 answer that rollout read.

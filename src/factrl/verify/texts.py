@@ -1,6 +1,6 @@
 """Labelled multi-claim texts from the demo world, to measure a decomposer.
 
-:func:`labelled_texts` joins several demo-world claims (``factrl.data.world.generate_claims``) with
+:func:`labelled_texts` joins several demo-world claims (``factrl.data.world_claims.generate_claims``) with
 filler sentences that are not check-worthy (opinions, hedges, questions, some naming the same
 entities, so a splitter cannot pass on capitals alone) and records each claim's offsets: the gold a
 decomposer's :class:`~factrl.verify.decompose.ClaimSpan` list is scored against
@@ -51,7 +51,7 @@ def labelled_texts(num_texts: int = 30, *, claims_per_text: tuple[int, int] = (2
     replacement from one world) and ``fillers_per_text`` filler sentences in a seeded order, joined
     by spaces. ``world``: a ``WorldParams`` (default: a small world of 2-4-hop claims)."""
     from factrl.data.params import WorldParams
-    from factrl.data.world import generate_claims
+    from factrl.data.world_claims import generate_claims
 
     lo, hi = claims_per_text
     if not 1 <= lo <= hi:

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 repo, reason, search, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 per_hop = int(sys.argv[5]) if len(sys.argv) > 5 else 60
 from factrl.eval.sampling import stratified_sample
-from factrl.eval.runner import HarisSystem, load_llm, BINARY_LABELS
+from factrl.eval.runner import BINARY_LABELS
+from factrl.eval.systems import HarisSystem, load_llm
 from factrl.retrieval.index import Retriever
 table = stratified_sample(pq.read_table(repo / "data/claims/eval.parquet"), per_hop, 0, labels=BINARY_LABELS)
 claims = table.to_pylist()
