@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from factrl.llm.base import Completion, Message, SamplingParams, TokensUnsupported
-from factrl.llm.sampling import row_seed
+from factrl.llm.token_sampling import row_seed
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ states of every prompt it prefilled and every sequence it decoded, and prefills 
 all rows admitted together once: each row then runs the model only over the tokens after its
 longest cached prefix.
 The cache is dropped whenever the weights change (trainers update them in place between steps).
-Tokens are picked, and drafted and verified while few rows decode, by :mod:`factrl.llm.sampling`.
+Tokens are picked, and drafted and verified while few rows decode, by :mod:`factrl.llm.token_sampling`.
 
 Why a home-made engine and not transformers' own continuous batching (``generate_batch`` /
 ``ContinuousBatchingManager``, paged cache): measured with ``bench/llm.py``
@@ -53,7 +53,7 @@ from factrl.llm.base import Completion, Message, SamplingParams
 from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan, use_fp32_attention
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
 from factrl.llm.prefix_cache import PrefixCache, PrefixEntry
-from factrl.llm.sampling import ngram_draft, row_seed, sample_tokens, verify_draft
+from factrl.llm.token_sampling import ngram_draft, row_seed, sample_tokens, verify_draft
 from factrl.llm.tokens import decode_completion, encode_chat, eos_token_ids
 
 # A prefix shorter than this is not worth a separate forward pass before the batch.
@@ -97,7 +97,7 @@ class LocalLLM:
     states kept between calls (see :class:`~factrl.llm.prefix_cache.PrefixCache`; 0 turns the cache
     off). While at most ``speculate_max_batch`` rows decode (the tail of a multi-turn batch), each step
     also verifies an n-gram draft of up to ``speculative_tokens`` tokens per row
-    (:func:`~factrl.llm.sampling.ngram_draft`, :func:`~factrl.llm.sampling.verify_draft`: the output is
+    (:func:`~factrl.llm.token_sampling.ngram_draft`, :func:`~factrl.llm.token_sampling.verify_draft`: the output is
     unchanged, greedy or sampled, and a seeded row's tokens do not depend on whether it speculated); 0
     turns it off. The cache
     is cleared by :meth:`clear_prefix_cache` and, automatically, whenever a parameter of the model

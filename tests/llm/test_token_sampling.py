@@ -1,9 +1,9 @@
-"""The engine's token picking (``factrl.llm.sampling``): n-gram drafts and their verification."""
+"""The engine's token picking (``factrl.llm.token_sampling``): n-gram drafts and their verification."""
 
 import torch
 
 from factrl.llm.base import SamplingParams
-from factrl.llm.sampling import ngram_draft, verify_draft
+from factrl.llm.token_sampling import ngram_draft, verify_draft
 
 
 def test_ngram_draft_prefers_the_longest_recent_match():
