@@ -19,3 +19,8 @@ LABELS = (SUPPORTS, REFUTES, NOT_ENOUGH_INFO)
 VERDICT_WORDS = {"support": SUPPORTS, "supports": SUPPORTS, "supported": SUPPORTS,
                  "refute": REFUTES, "refutes": REFUTES, "refuted": REFUTES}
 
+
+
+def verdict_word(verdict: str | None) -> str:
+    """How a prompt writes a verdict label: ``Support``, ``Refute``, or ``no decision`` for None."""
+    return {SUPPORTS: "Support", REFUTES: "Refute"}.get(verdict, "no decision")
