@@ -1,9 +1,11 @@
 """SC-MAKS debate (Sawkar, 2025): a pool of heterogeneous verifiers answers each claim, then debates it
 in R rounds that alternate cooperative critique and adversarial challenge.
 
-* Generation phase: every member answers with its own system (``MEMBER_SYSTEMS``: HARIS, the single
-  agent, RAG, Decompose-Then-Verify of :mod:`factrl.agents`), one batched run per member over all
-  claims; ``samples > 1`` draws further seeded answers that only feed the self-consistency feature.
+* Generation phase: every member answers with its own system, a name of
+  :func:`factrl.agents.systems_registry.system_names` (HARIS or a registered baseline: single agent,
+  RAG, Decompose-Then-Verify; the entries ``evaluate`` runs, with the same settings), one batched run
+  per member over all claims; ``samples > 1`` draws further seeded answers that only feed the
+  self-consistency feature.
 * Debate rounds: every member reads every peer's latest answer once per round (the claim's top
   passages are shown to all, each with a short id to cite) and writes a critique addressed to them
   by name plus its revised verdict, in the reasoning agent's own grammar
@@ -30,14 +32,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factrl.agents import baselines, haris
 from factrl.agents.loop import run_loops
-from factrl.agents.protocol import REFUTES, SUPPORTS, escape_tags, parse_reasoning, parse_tags
-from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
-from factrl.agents.tools import RetrieverTool
+from factrl.agents.protocol import escape_tags, parse_reasoning, parse_tags
+from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
+from factrl.agents.systems_registry import BASELINES, HARIS, haris_runs, seed_for, system_names
 from factrl.io import write_json
 from factrl.llm.base import Message, SamplingParams, TokensUnsupported
 from factrl.text import first_sentence
+from factrl.verdicts import verdict_word
 
 if TYPE_CHECKING:
     from factrl.recipes.scmaks_params import DebateParams
@@ -134,68 +136,18 @@ def plain_text(text: str, limit: int) -> str:
     return flat[:head] + " … " + flat[len(flat) - (max(limit - 3, 0) - head):]
 
 
-def _rollout_answer(traj: Trajectory, parse, limit: int) -> Answer:
-    return Answer(parse.verdict, parse.verdict, plain_text(traj.response_text, limit), parse.format_valid, parse.error)
-
-
-def seed_for(temperature: float, seed: int) -> int | None:
-    """A sampled call's seed; greedy calls get none, so members that share a model and decode
-    greedily share one batched call (and one cache entry per prompt)."""
-    return seed if temperature > 0 else None
-
-
-def _sampling(limits: Limits, temperature: float, seed: int) -> dict:
-    return {"temperature": temperature, "seed": seed_for(temperature, seed), "max_new_tokens": limits.max_new_tokens,
-            "max_turns": limits.max_turns}
-
-
-def _haris_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float, seed: int,
+def member_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float, seed: int,
                    chars: int) -> list[Answer]:
-    sampling = _sampling(limits, temperature, seed)
-    agent = haris.Haris(member.llm, RetrieverTool(retriever, k=limits.top_k), search_llm=member.search_llm,
-                        reason_params=haris.default_reasoning_params(**sampling),
-                        search_params=haris.default_search_params(**sampling))
-    return [_rollout_answer(r.trajectory, r.parse, chars) for r in agent.verify(claims)]
-
-
-def _single_agent_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float,
-                          seed: int, chars: int) -> list[Answer]:
-    params = baselines.default_single_agent_params(**_sampling(limits, temperature, seed))
-    results = baselines.single_agent(claims, llm=member.llm, retriever=retriever, k=limits.top_k, params=params)
-    return [_rollout_answer(r.trajectory, r.parse, chars) for r in results]
-
-
-def _call_answer(result, text: str, chars: int) -> Answer:
-    """An answer of a baseline made of single calls: valid when it reached a verdict."""
-    error = "; ".join(result.errors) or (None if result.verdict else "no verdict")
-    return Answer(result.verdict, result.verdict, plain_text(text, chars), result.verdict is not None, error)
-
-
-def _rag_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float, seed: int,
-                 chars: int) -> list[Answer]:
-    params = SamplingParams(max_tokens=16, temperature=temperature, seed=seed_for(temperature, seed))
-    results = baselines.rag(claims, llm=member.llm, retriever=retriever, k=limits.top_k, params=params)
-    return [_call_answer(r, f"From the claim's top passages: {r.contexts[0] if r.contexts else ''}", chars)
-            for r in results]
-
-
-def _decompose_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float,
-                       seed: int, chars: int) -> list[Answer]:
-    params = SamplingParams(max_tokens=96, temperature=temperature, seed=seed_for(temperature, seed))
-    results = baselines.decompose_then_verify(claims, llm=member.llm, retriever=retriever, k=limits.top_k,
-                                              params=params)
-    return [_call_answer(r, "; ".join(f"{s} -> {_word(v)}" for s, v in zip(r.subclaims, r.sub_verdicts)), chars)
-            for r in results]
-
-
-AnswerFn = Callable[..., list[Answer]]  # (member, claims, retriever, limits, temperature, seed, chars)
-# The systems a member can answer with in the generation phase (params debate.pool[i].system).
-MEMBER_SYSTEMS: dict[str, AnswerFn] = {
-    "haris": _haris_answers,
-    "single_agent": _single_agent_answers,
-    "rag": _rag_answers,
-    "decompose_verify": _decompose_answers,
-}
+    """``member``'s answers to ``claims`` from its system in ``factrl.agents.systems_registry`` (HARIS on
+    its two models, else the registered baseline with the baseline's own settings), sampled at
+    ``temperature`` with ``seed``; each run's verdict and text (cut to ``chars``) become an :class:`Answer`."""
+    settings = {"top_k": limits.top_k, "max_new_tokens": limits.max_new_tokens, "max_turns": limits.max_turns,
+                "temperature": temperature, "seed": seed}
+    if member.system == HARIS:
+        runs = haris_runs(claims, member.llm, member.search_llm, retriever, **settings)
+    else:
+        runs = BASELINES.lookup(member.system).answer(claims, member.llm, retriever, **settings)
+    return [Answer(r.verdict, r.verdict, plain_text(r.text, chars), bool(r.format_valid), r.error) for r in runs]
 
 
 def role_schedule(rounds: int, first_role: str, ablations: Sequence[str] = ()) -> tuple[str, ...]:
@@ -245,10 +197,6 @@ def gather_evidence(retriever, claims: list[str], k: int, chars: int = 240) -> l
     return out
 
 
-def _word(verdict: str | None) -> str:
-    return {SUPPORTS: "Support", REFUTES: "Refute"}.get(verdict, "no decision")
-
-
 @dataclass
 class Round:
     """One phase's answers for one claim, as later prompts show it (``summary`` once compressed)."""
@@ -267,7 +215,7 @@ class Round:
             return f"{self.title}, summarized: {self.summary}"
         lines = [f"{self.title}:"]
         for name, a in self.answers.items():
-            lines.append(f"- {name}{' (you)' if name == viewer else ''}: {_word(a.stance)}. {a.text}".rstrip())
+            lines.append(f"- {name}{' (you)' if name == viewer else ''}: {verdict_word(a.stance)}. {a.text}".rstrip())
         return "\n".join(lines)
 
 
@@ -305,7 +253,7 @@ def extractive_summary(rounds: Sequence[Round], *, llm=None, words: int = 60) ->
         parts = []
         for name, a in r.answers.items():
             cites = "".join(f" [{c}]" for c in a.cited[:3])
-            parts.append(f"{name}: {_word(a.stance)}{cites}, {first_sentence(a.text, per)}")
+            parts.append(f"{name}: {verdict_word(a.stance)}{cites}, {first_sentence(a.text, per)}")
         out.append("; ".join(parts))
     return out
 
@@ -373,9 +321,10 @@ class Debate:
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"debate members need distinct names, got {names}")
-        unknown = [m.system for m in members if m.system not in MEMBER_SYSTEMS]
+        known = system_names()
+        unknown = [m.system for m in members if m.system not in known]
         if unknown:
-            raise ValueError(f"unknown member system(s) {unknown}; known: {sorted(MEMBER_SYSTEMS)}")
+            raise ValueError(f"unknown member system(s) {unknown}; known: {sorted(known)}")
         if params.summarizer not in SUMMARIZERS:
             raise ValueError(f"unknown summarizer {params.summarizer!r}; known: {sorted(SUMMARIZERS)}")
         self.members = list(members)
@@ -417,8 +366,8 @@ class Debate:
             per_sample = []
             for sample in range(p.samples):
                 temperature = m.temperature if sample == 0 else max(m.temperature, p.sample_temperature)
-                got = MEMBER_SYSTEMS[m.system](m, texts, self.retriever, limits, temperature, m.seed + sample,
-                                               p.answer_chars)
+                got = member_answers(m, texts, self.retriever, limits, temperature, m.seed + sample,
+                                     p.answer_chars)
                 per_sample.append([asdict(a) for a in got])
             answers[m.name] = per_sample
             cost[m.name] = {"calls": self.calls() - c0, "seconds": time.perf_counter() - t0}

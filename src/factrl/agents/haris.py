@@ -206,10 +206,11 @@ class Haris:
 
     @classmethod
     def with_limits(cls, reason_llm, retriever, *, search_llm=None, top_k: int = TOP_K, max_new_tokens: int,
-                    max_turns: int) -> Haris:
-        """Both agents at the same per-turn and per-rollout limits over ``retriever``'s top ``top_k``:
-        how ``evaluate`` and ``factrl serve`` run a checkpoint pair."""
-        limits = {"max_new_tokens": max_new_tokens, "max_turns": max_turns}
+                    max_turns: int, temperature: float = 0.0, seed: int | None = None) -> Haris:
+        """Both agents at the same per-turn and per-rollout limits and sampling over ``retriever``'s top
+        ``top_k``: how ``evaluate``, ``factrl serve`` and a debate's HARIS member run a checkpoint pair."""
+        limits = {"max_new_tokens": max_new_tokens, "max_turns": max_turns, "temperature": temperature,
+                  "seed": seed}
         return cls(reason_llm, retriever, search_llm=search_llm, k=top_k,
                    reason_params=default_reasoning_params(**limits), search_params=default_search_params(**limits))
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from factrl.verdicts import REFUTES, SUPPORTS, VERDICT_WORDS  # noqa: F401  (SUPPORTS / REFUTES: re-exported)
+
 REASONING_TAGS = ("think", "question", "result", "verification")
 SEARCH_TAGS = ("think", "search", "result", "report")
 # the single-agent baseline: searches itself and decides alone
 SINGLE_AGENT_TAGS = ("think", "search", "result", "verification")
 ALL_TAGS = tuple(dict.fromkeys(REASONING_TAGS + SEARCH_TAGS))
-
-SUPPORTS = "SUPPORTS"
-REFUTES = "REFUTES"
 
 
 
@@ -42,8 +41,6 @@ def tag_regex(tags: tuple[str, ...]) -> re.Pattern:
 _TAG_RE = tag_regex(ALL_TAGS)
 # \boxed{Support}, \boxed{ supported }, \boxed{\text{Refute}}: lenient on the word's ending and case
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*(?:\\text\s*\{\s*)?([A-Za-z]+)\s*\}?\s*\}")
-_VERDICT_WORDS = {"support": SUPPORTS, "supports": SUPPORTS, "supported": SUPPORTS,
-                  "refute": REFUTES, "refutes": REFUTES, "refuted": REFUTES}
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ def boxed_verdict(text: str) -> str | None:
     """The last ``\\boxed{Support|Refute}`` in ``text`` as SUPPORTS / REFUTES, else None."""
     found = None
     for m in _BOXED_RE.finditer(text):
-        word = _VERDICT_WORDS.get(m.group(1).lower())
+        word = VERDICT_WORDS.get(m.group(1).lower())
         if word is not None:
             found = word
     return found
@@ -214,10 +211,10 @@ def _parse_verifier(text: str, allowed: tuple[str, ...], action: str) -> Reasoni
         error = _structure_error(segments, allowed, action, "verification")
         if error is None:
             boxes = [m for m in _BOXED_RE.finditer(verifications[-1].text)
-                     if m.group(1).lower() in _VERDICT_WORDS]
+                     if m.group(1).lower() in VERDICT_WORDS]
             if verdict is None:
                 error = "no \\boxed{Support} or \\boxed{Refute} in <verification>"
-            elif len({_VERDICT_WORDS[m.group(1).lower()] for m in boxes}) > 1:
+            elif len({VERDICT_WORDS[m.group(1).lower()] for m in boxes}) > 1:
                 error = "conflicting verdicts in <verification>"
         return ReasoningParse(questions, verdict, error is None, error)
     except Exception as exc:  # the parser must never take a rollout or a reward down

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
+from factrl.verdicts import LABELS
 
 # One hop of a multi-hop claim: the self-contained sub-question, its gold answer and the passages
 # that state it. Kept for every demo-world claim so label quality and retrieval are measurable.

@@ -13,7 +13,7 @@ from factrl.config import Device, names_from, params_section
 def _system_names():
     # the systems and the agents they run: imported when params load, not with this module (stage
     # index reads EvalSetParams)
-    from factrl.eval.systems import system_names
+    from factrl.agents.systems_registry import system_names
 
     return system_names()
 
@@ -106,7 +106,7 @@ class EvaluateParams:
     per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
     seed: seed of the sampling and of the bootstrap.
     systems: which systems run: ``haris`` (once per checkpoint) and any baseline registered in
-        ``factrl.eval.systems.BASELINES`` (``single_agent``, ``rag``, ``decompose_verify``).
+        ``factrl.agents.systems_registry.BASELINES`` (``single_agent``, ``rag``, ``decompose_verify``).
     checkpoints: the HARIS checkpoints, one report row each (see :class:`CheckpointParams`); default
         base, warm and trained: HARIS on ``base`` (params ``model.base``), on ``warm`` (the warm start's
         models/*_0) and on ``last`` (the last round of params ``rounds``), so adding a round moves the

@@ -38,6 +38,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from factrl.llm.base import Message, SamplingParams
 from factrl.text import normalize_answer, token_f1
+from factrl.verdicts import VERDICT_WORDS
 
 T = TypeVar("T")
 
@@ -294,10 +295,6 @@ def pseudo_answers(
 
 
 # ---- claim verification -------------------------------------------------------------------------
-_VERDICTS = {
-    "support": "SUPPORTS", "supports": "SUPPORTS", "supported": "SUPPORTS",
-    "refute": "REFUTES", "refutes": "REFUTES", "refuted": "REFUTES",
-}
 _VERIFY_INSTRUCTIONS = (
     "Decide whether the context supports or refutes the claim. "
     "Reply with one line: 'Verdict: Support' or 'Verdict: Refute'."
@@ -325,7 +322,7 @@ def verify_messages(item: dict, i: int = 0) -> list[Message]:
 
 def parse_verdict(text: str) -> str:
     """``"SUPPORTS"`` or ``"REFUTES"`` from a ``Verdict: Support|Refute`` reply."""
-    return _choice(text, ("verdict", "veracity", "label"), _VERDICTS, "verdict")
+    return _choice(text, ("verdict", "veracity", "label"), VERDICT_WORDS, "verdict")
 
 
 def verify_claims(

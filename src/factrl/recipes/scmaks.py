@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from factrl.agents import debate as debate_lib
+from factrl.agents.systems_registry import system_names
 from factrl.config import ConfigError
 from factrl.consensus import aggregator as agg_lib
 from factrl.consensus.features import HISTORY, FeatureSet, debate_features, feature_table
@@ -88,9 +89,9 @@ def debate_plan(p: DebateParams, where: str = "params.yaml:debate") -> DebatePla
     for i, m in enumerate(p.pool):
         if not m.name.strip() or names.index(m.name) != i:
             raise ConfigError(f"{where}.pool[{i}].name: {m.name!r} is empty or not unique")
-        if m.system not in debate_lib.MEMBER_SYSTEMS:
+        if m.system not in system_names():
             raise ConfigError(f"{where}.pool[{i}].system: unknown member system {m.system!r}; "
-                              f"known: {sorted(debate_lib.MEMBER_SYSTEMS)}")
+                              f"known: {sorted(system_names())}")
         if m.backend not in BACKENDS:
             raise ConfigError(f"{where}.pool[{i}].backend: unknown backend {m.backend!r}; known: {list(BACKENDS)}")
     for j, a in enumerate(p.ablations):

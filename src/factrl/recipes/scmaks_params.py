@@ -15,8 +15,9 @@ class MemberParams:
     """One debater of the SC-MAKS pool (an entry of ``debate.pool``).
 
     name: how the others address it in the debate and how results name it (unique in the pool).
-    system: how it answers in the generation phase, a name of ``factrl.agents.debate.MEMBER_SYSTEMS``:
-        ``haris`` (reasoning agent + search agent), ``single_agent``, ``rag`` or ``decompose_verify``.
+    system: how it answers in the generation phase, a name of ``factrl.agents.systems_registry.system_names()``
+        (the systems ``evaluate`` runs, with the same settings): ``haris`` (reasoning agent + search
+        agent) or a registered baseline: ``single_agent``, ``rag``, ``decompose_verify``.
     model: its model (the reasoning agent's, for a ``haris`` member): a symbolic name (``base``, the
         default: params ``model.base``; ``warm``, ``last``, ``r<id>``: that round's models/reason_<id>;
         see :func:`resolve_model`), an embedded name, a Hugging Face directory or, with backend

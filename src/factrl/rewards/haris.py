@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 from factrl.agents.protocol import REFUTES, SUPPORTS, parse_reasoning, parse_search
 from factrl.rewards.registry import RewardFamily, RewardKind, RewardResult
+from factrl.verdicts import NOT_ENOUGH_INFO
 
 REWARDS = RewardFamily("haris")  # haris_reasoning (claim_verdict), haris_search (search_report)
 
@@ -26,8 +27,8 @@ FORMAT_ONLY = 0.1  # the paper's format reward, following ReSearch (Chen et al.,
 INVALID = 0.0
 
 # The task is binary (Support / Refute): a claim that is not supported counts as refuted, as HOVER's
-# NOT_SUPPORTED does. Gold labels are given in the factrl label set (data.schemas.LABELS).
-_GOLD = {SUPPORTS: SUPPORTS, REFUTES: REFUTES, "NOT ENOUGH INFO": REFUTES}
+# NOT_SUPPORTED does. Gold labels are given in the factrl label set (factrl.verdicts.LABELS).
+_GOLD = {SUPPORTS: SUPPORTS, REFUTES: REFUTES, NOT_ENOUGH_INFO: REFUTES}
 
 
 class JudgeLike(Protocol):
