@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -17,10 +18,11 @@ from factrl.rewards.haris import reasoning_reward
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.losses import logprobs_from_logits
 from factrl.rl.params import GRPOParams
-from factrl.rl.sampling import draw_prompts, prompt_strata, sample_step, step_prompts
-from factrl.rl.step_log import part_rates, read_history
-from factrl.rl.trainer import CURVES_DIR, GRPOTrainer, checkpoints, collate, response_logits, train
+from factrl.rl.sampling import draw_prompts, part_rates, prompt_strata, sample_step, step_prompts
+from factrl.rl.step_log import StepLog, read_history
+from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, response_logits, train
 from tests.rl.tiny import (
+    CURVES_DIR,
     DYNAMIC_CFG,
     TINY_CFG,
     checksum_reward,
@@ -332,7 +334,8 @@ def test_dynamic_sampling_with_no_mixed_group_skips_the_update_but_logs_the_step
     cfg = _cfg(group_size=2, prompts_per_step=2, steps=2, dynamic_sampling=True, max_sampling_draws=2,
                checkpoint_every=1)
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
-    rows = train(GRPOTrainer(tiny, tok, cfg), prompts, rollout, reward, tmp_path / "none")
+    rows = train(GRPOTrainer(tiny, tok, cfg), prompts, rollout, reward, tmp_path / "none",
+                 curves=functools.partial(StepLog, tmp_path / "none" / CURVES_DIR))
     assert [r["step"] for r in rows] == [1, 2] and len(calls) == 4
     assert all(r["kept_groups"] == 0 and r["updates"] == 0 and r["uniform_group_rate"] == 1.0 for r in rows)
     assert all(torch.equal(v, before[k]) for k, v in tiny.state_dict().items())

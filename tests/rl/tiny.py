@@ -8,10 +8,12 @@ itself right after that step (before any checkpoint of it), as a crash would; ``
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -21,6 +23,8 @@ from factrl.llm.local import LocalLLM
 from factrl.llm.models import resolve_model_path
 from factrl.rl.params import GRPOParams
 from factrl.rl.trainer import GRPOTrainer, train
+
+CURVES_DIR = "curves"  # run()'s DVCLive directory in its out_dir
 
 TINY_CFG = GRPOParams(
     group_size=2, prompts_per_step=2, steps=4, lr=1e-3, micro_batch_size=2, max_new_tokens=6,
@@ -75,6 +79,9 @@ def make_rollout_fn(model, tok, cfg: GRPOParams):
 
 def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG, reward_fn=checksum_reward
         ) -> list[dict]:
+    # DVCLive's logger, imported here: a bare GPU machine imports this module (tiny_model) without dvclive
+    from factrl.rl.step_log import StepLog
+
     tok = tokenizer()
     model = tiny_model(tok)
     trainer = GRPOTrainer(model, tok, cfg)
@@ -83,7 +90,8 @@ def run(out_dir: str, kill_after: int | None = None, cfg: GRPOParams = TINY_CFG,
         if kill_after is not None and row["step"] == kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return train(trainer, PROMPTS, make_rollout_fn(model, tok, cfg), reward_fn, out_dir, on_step=on_step)
+    return train(trainer, PROMPTS, make_rollout_fn(model, tok, cfg), reward_fn, out_dir, on_step=on_step,
+                 curves=functools.partial(StepLog, Path(out_dir) / CURVES_DIR))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ functions; :mod:`factrl.rl.verl_run` runs the same contract on verl.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ import numpy as np
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.io import model_digest
 from factrl.rl.params import AgentTrainParams, GRPOParams
+from factrl.rl.step_log import StepLog, write_history
 
 FINGERPRINT_FILE = "fingerprint.json"
 # agent -> its params section: HARIS's agents (factrl.agents.registry), M2R's and MARCH's policies
@@ -163,7 +165,8 @@ def run_agent_training(
 
     # the policy engine's key/value slots hold every rollout's context until released: free them
     # before each update, which needs the memory (LocalLLM.release's own contract)
-    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, live_dir=curves_dir, on_step=step_done,
+    rows = train(trainer, items, rollout_fn, reward_fn, state_dir, curves=functools.partial(StepLog, curves_dir),
+                 on_step=step_done,
                  after_rollouts=policy.release)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
@@ -181,7 +184,6 @@ def pass_on_unchanged(*, agent: str, init_model: str, items: list[dict], cfg: Ag
     unchanged (``out_model`` = ``init_model``), loudly, with empty curves, rather than stopping
     the whole pipeline."""
     from factrl.llm.models import load_model_and_tokenizer
-    from factrl.rl.step_log import write_history
 
     print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
     prepare_state_dir(Path(state_dir), fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from factrl.rl.advantages import uniform_group_rate
 from factrl.rl.params import GRPOParams
 
 
@@ -208,3 +209,42 @@ def _scores(results: Sequence[Any]) -> tuple[list[float], list[float] | None]:
             valid.append(getattr(r, "format_valid", None))
     known = [float(v) for v in valid if v is not None]
     return scores, (known if len(known) == len(valid) else None)
+
+
+def step_row(step: int, metrics: Mapping[str, Any], batch: StepBatch, cfg: GRPOParams, *, updated: bool,
+             train_time: float, step_time: float, cuda_peak_gib: float | None = None) -> dict[str, Any]:
+    """One GRPO step's row: ``step`` (1-based), the update's ``metrics`` (``GRPOTrainer.step``), then
+    what the step's ``batch`` drew (rewards, format validity, reward parts, tool calls) and its
+    timings; ``cuda_peak_gib`` where the step ran on a GPU."""
+    row = {"step": step, **metrics}
+    if cuda_peak_gib is not None:
+        row["cuda_peak_gib"] = cuda_peak_gib
+    if cfg.dynamic_sampling or not updated:
+        # what the policy did on every prompt drawn, not only on the groups it trained on
+        spread = float(np.std(batch.scores, ddof=1)) if len(batch.scores) > 1 else 0.0
+        row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
+                   response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])))
+    if cfg.dynamic_sampling:
+        row.update(kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
+    if batch.valid is not None:  # only reward functions that judge format report it
+        row["format_valid_rate"] = float(np.mean(batch.valid))
+    row.update(part_rates(batch.results))
+    row["uniform_group_rate"] = uniform_group_rate(batch.scores, batch.group_ids)
+    row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in batch.trajectories]))
+    row.update(rollout_time=batch.rollout_time, reward_time=batch.reward_time, train_time=train_time,
+               step_time=step_time)
+    return row
+
+
+def part_rates(results: Sequence[Any]) -> dict[str, float]:
+    """Mean of each reward part over a batch, as ``<part>_rate`` columns (``correct_rate``: the
+    reasoning agent's training accuracy; ``useful_rate``: the search agent's judged-useful share).
+
+    Only parts every result reports are averaged; ``format`` is left out (``format_valid_rate``
+    already reports it) and plain-float rewards have no parts.
+    """
+    parts = [getattr(r, "parts", None) or {} for r in results]
+    if not parts:
+        return {}
+    common = set(parts[0]).intersection(*parts[1:]) - {"format"}
+    return {f"{name}_rate": float(np.mean([p[name] for p in parts])) for name in sorted(common)}

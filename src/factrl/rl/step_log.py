@@ -7,7 +7,7 @@ A run's curves live in a DVCLive directory (``metrics/train/reason_r1``, ``warmu
 - ``metrics.json``: each metric's latest value and the last ``step``, what ``dvc metrics show`` and
   ``dvc exp show`` list.
 
-:func:`step_row` assembles a GRPO step's row; :class:`StepLog` writes rows. It rebuilds the
+:class:`StepLog` writes rows (a GRPO step's row: :func:`factrl.rl.sampling.step_row`). It rebuilds the
 directory from the history it is given (the rows a checkpoint restored) and then appends one row per
 step, so after a kill and a rerun the files hold exactly the rows of an uninterrupted run: steps done
 after the last checkpoint are dropped with the rebuild and written again when the rerun redoes them
@@ -22,17 +22,10 @@ import csv
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 from dvclive import Live
 from dvclive.plots import Metric
-
-from factrl.rl.advantages import uniform_group_rate
-
-if TYPE_CHECKING:
-    from factrl.rl.params import GRPOParams
-    from factrl.rl.sampling import StepBatch
 
 STEP = "step"  # the x axis: the run's optimizer step, 1-based
 SUMMARY_FILE = "metrics.json"  # Live.metrics_file's name
@@ -82,45 +75,6 @@ class StepLog:
             # numpy and Python scalars pass as they are (their text is what the CSV writer wrote);
             # anything else numeric (a 0-d tensor) as a float
             self.live.log_metric(name, value if Metric.could_log(value) else float(value))
-
-
-def step_row(step: int, metrics: Mapping[str, Any], batch: StepBatch, cfg: GRPOParams, *, updated: bool,
-             train_time: float, step_time: float, cuda_peak_gib: float | None = None) -> dict[str, Any]:
-    """One GRPO step's row: ``step`` (1-based), the update's ``metrics`` (``GRPOTrainer.step``), then
-    what the step's ``batch`` drew (rewards, format validity, reward parts, tool calls) and its
-    timings; ``cuda_peak_gib`` where the step ran on a GPU."""
-    row = {"step": step, **metrics}
-    if cuda_peak_gib is not None:
-        row["cuda_peak_gib"] = cuda_peak_gib
-    if cfg.dynamic_sampling or not updated:
-        # what the policy did on every prompt drawn, not only on the groups it trained on
-        spread = float(np.std(batch.scores, ddof=1)) if len(batch.scores) > 1 else 0.0
-        row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
-                   response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])))
-    if cfg.dynamic_sampling:
-        row.update(kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
-    if batch.valid is not None:  # only reward functions that judge format report it
-        row["format_valid_rate"] = float(np.mean(batch.valid))
-    row.update(part_rates(batch.results))
-    row["uniform_group_rate"] = uniform_group_rate(batch.scores, batch.group_ids)
-    row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in batch.trajectories]))
-    row.update(rollout_time=batch.rollout_time, reward_time=batch.reward_time, train_time=train_time,
-               step_time=step_time)
-    return row
-
-
-def part_rates(results: Sequence[Any]) -> dict[str, float]:
-    """Mean of each reward part over a batch, as ``<part>_rate`` columns (``correct_rate``: the
-    reasoning agent's training accuracy; ``useful_rate``: the search agent's judged-useful share).
-
-    Only parts every result reports are averaged; ``format`` is left out (``format_valid_rate``
-    already reports it) and plain-float rewards have no parts.
-    """
-    parts = [getattr(r, "parts", None) or {} for r in results]
-    if not parts:
-        return {}
-    common = set(parts[0]).intersection(*parts[1:]) - {"format"}
-    return {f"{name}_rate": float(np.mean([p[name] for p in parts])) for name in sorted(common)}
 
 
 def write_history(rows: Iterable[Mapping[str, Any]], live_dir: str | Path) -> None:

@@ -10,7 +10,7 @@ carry them (``cfg.tis_cap``, ``correction``).
 :func:`train` drives it: pick prompts, roll out ``G`` trajectories per prompt through a
 rollout function, score them with a reward function (:mod:`factrl.rl.sampling`: with
 ``dynamic_sampling``, DAPO's filtering of groups whose rewards are all equal), step, log the step's
-row of metrics through DVCLive (:mod:`factrl.rl.step_log`), checkpoint every ``checkpoint_every``
+row of metrics to the curve log it is given (DVCLive's, :mod:`factrl.rl.step_log`), checkpoint every ``checkpoint_every``
 steps. A rollout may train as several trajectories (``parts``, e.g. MARCH's solver and checker),
 each role in its own group per prompt (:func:`factrl.rl.sampling.joint_parts`). A killed run restarted
 on the same ``out_dir`` resumes from the newest checkpoint and produces the same weights and metrics
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -50,12 +50,17 @@ from factrl.rl.losses import (
     policy_loss,
 )
 from factrl.rl.params import GRPOParams
-from factrl.rl.sampling import RewardFn, RolloutFn, TrajectoryLike, joint_parts, mixed_groups, sample_step
-from factrl.rl.step_log import StepLog, step_row
+from factrl.rl.sampling import (RewardFn, RolloutFn, TrajectoryLike, joint_parts, mixed_groups, sample_step,
+                                step_row)
 
 CHECKPOINT_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
-CURVES_DIR = "curves"  # the run's DVCLive directory in out_dir when train() is given none
+
+
+class CurveLog(Protocol):
+    """Where :func:`train` sends each step's row (``factrl.rl.step_log.StepLog``: DVCLive)."""
+
+    def log(self, row: dict) -> None: ...
 
 
 @dataclass
@@ -419,7 +424,7 @@ def train(
     reward_fn: RewardFn,
     out_dir: str | Path,
     *,
-    live_dir: str | Path | None = None,
+    curves: Callable[[list[dict]], CurveLog] | None = None,
     on_step: Callable[[dict], None] | None = None,
     after_rollouts: Callable[[], None] | None = None,
 ) -> list[dict]:
@@ -430,10 +435,13 @@ def train(
     what the rollouts held (an engine's key/value slots, ``LocalLLM.release``) before the update
     needs the memory.
 
-    Logs each step's row (:func:`factrl.rl.step_log.step_row`) to the DVCLive directory ``live_dir``
-    (default ``out_dir/curves``) and writes a checkpoint every ``checkpoint_every`` steps and after the
-    last one (older ones pruned to ``keep_checkpoints``). Returns the metrics rows of the whole run
-    (including steps done before a resume).
+    ``curves(rows)`` opens the run's curve log given the rows done so far (after a resume, the
+    checkpoint's); each step's row (:func:`factrl.rl.sampling.step_row`) then goes to its ``log``.
+    The run machinery passes DVCLive's (``functools.partial(factrl.rl.step_log.StepLog, dir)``); the
+    trainer itself imports no logger, so it runs where only torch and transformers are installed
+    (a bare GPU machine). Writes a checkpoint every ``checkpoint_every`` steps and after the last one
+    (older ones pruned to ``keep_checkpoints``). Returns the metrics rows of the whole run (including
+    steps done before a resume).
     """
     cfg = trainer.cfg
     out_dir = Path(out_dir)
@@ -447,7 +455,7 @@ def train(
         state = trainer.load_checkpoint(existing[-1])
         start, rows = state["step"], list(state["metrics"])
     # rebuilt from the checkpoint's rows: drops the rows of steps done after it (the rerun redoes them)
-    curves = StepLog(live_dir if live_dir is not None else out_dir / CURVES_DIR, rows)
+    log = curves(rows) if curves is not None else None
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
@@ -475,7 +483,8 @@ def train(
         row = step_row(step + 1, metrics, batch, cfg, updated=update, train_time=t3 - t2, step_time=t3 - t0,
                        cuda_peak_gib=peak)
         rows.append(row)
-        curves.log(row)
+        if log is not None:
+            log.log(row)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             trainer.save_checkpoint(ckpt_dir, step + 1, rows)
             for old in checkpoints(ckpt_dir)[: -cfg.keep_checkpoints]:
