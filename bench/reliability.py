@@ -121,7 +121,7 @@ async def wave(url: str, queries: list[str], clients: int, per_client: int, requ
     return {"clients": clients, "requests": clients * per_client, "errors": sum(errors.values()),
             "error_kinds": dict(errors), "p50_ms": round(1000 * percentile(latencies, 0.5), 2),
             "p99_ms": round(1000 * percentile(latencies, 0.99), 2),
-            "requests_per_s": round(clients * per_client / wall, 1), "wall_s": round(wall, 2)}
+            "requests_per_s": round(clients * per_client / wall, 3), "wall_s": round(wall, 2)}
 
 
 def limits_cases(url: str) -> dict:

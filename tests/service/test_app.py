@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
