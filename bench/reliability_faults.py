@@ -114,7 +114,7 @@ def warmup_teacher(root: Path, n: int) -> dict:
     from factrl.agents.tools import RetrieverTool
     from factrl.recipes.teacher_params import TeacherParams
     from factrl.recipes.warmup_params import WarmupParams
-    from factrl.llm.backends import open_teacher
+    from factrl.recipes.teacher import open_teacher
     from factrl.recipes.warmup import teacher_references_resumable
     from factrl.retrieval.index import Retriever
     from tests.servers import running_app

@@ -30,8 +30,8 @@ from factrl.data.params import WorldParams  # noqa: E402
 from factrl.recipes.teacher_params import TeacherParams  # noqa: E402
 from factrl.data import synthesis  # noqa: E402
 from factrl.data.world_claims import generate_claims  # noqa: E402
-from factrl.llm import signatures  # noqa: E402
-from factrl.llm.backends import open_teacher  # noqa: E402
+from factrl import signatures  # noqa: E402
+from factrl.recipes.teacher import open_teacher  # noqa: E402
 from factrl.orchestration.teacher import run_teacher  # noqa: E402
 from _measured import Measurement  # noqa: E402
 

@@ -19,7 +19,7 @@ from factrl.config import load_section
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
 from factrl.io import write_json, write_parquet
-from factrl.llm.backends import open_teacher
+from factrl.recipes.teacher import open_teacher
 from factrl.llm.models import cache_dir
 from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes.haris_params import SynthesizeParams

@@ -60,7 +60,7 @@ def _write_outputs(kept: list[dict], rejected: list[dict], summary: dict, out: P
 
 def main(params_file: str = "params.yaml", out: Path = OUT) -> dict:
     from factrl.hardware import hardware_record
-    from factrl.llm.backends import open_teacher
+    from factrl.recipes.teacher import open_teacher
     from factrl.llm.models import cache_dir
 
     params: WarmupParams = load_section(WarmupParams, params_file)

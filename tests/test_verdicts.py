@@ -7,7 +7,7 @@ import pytest
 from factrl import verdicts
 from factrl.agents import protocol
 from factrl.data import schemas
-from factrl.llm import signatures
+from factrl import signatures
 
 
 def test_labels_have_one_home():

@@ -1,7 +1,7 @@
 """The verdict vocabulary: the claim labels and the words a model may write for a verdict.
 
 One home for both, so the HARIS tag parser (``\\boxed{Support}``, ``factrl.agents.protocol``), the typed
-verifier reply (``Verdict: Refute``, ``factrl.llm.signatures``) and the claims schema
+verifier reply (``Verdict: Refute``, ``factrl.signatures``) and the claims schema
 (``factrl.data.schemas.LABELS``) cannot drift apart. Standard library only: the GPU path imports it
 (``factrl.agents.rollout`` -> ``factrl.agents.protocol``; see tests/test_gpu_path.py).
 """

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from factrl.agents import debate, m2r, march, protocol
 from factrl.agents.baselines import parse_subclaims
-from factrl.llm import signatures
+from factrl import signatures
 from tests.fuzz import tried
 
 TAGS = sorted(set(protocol.ALL_TAGS) | {"macro_tool_call", "key_info_save", "answer", "micro_tool_call",

@@ -7,10 +7,10 @@ import pytest
 
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
-from factrl.llm.signatures import PseudoAnswer
+from factrl.signatures import PseudoAnswer
 
 
-# the teacher fakes answer with the real result type of factrl.llm.signatures.pseudo_answers
+# the teacher fakes answer with the real result type of factrl.signatures.pseudo_answers
 Answer = PseudoAnswer
 
 

@@ -15,7 +15,7 @@ from factrl.data.params import WorldParams
 from factrl.data.splits import balanced_subset
 from factrl.data.world_claims import generate_claims
 from factrl.llm.base import Completion
-from factrl.llm.signatures import PseudoAnswer
+from factrl.signatures import PseudoAnswer
 from factrl.model_names import RoundParams
 from factrl.orchestration.teacher import TeacherBatchError
 from factrl.recipes import haris_synthesize as recipe
@@ -30,7 +30,7 @@ def temporary_prefect_server():
         yield
 
 
-# the teacher fakes answer with the real result type of factrl.llm.signatures.pseudo_answers
+# the teacher fakes answer with the real result type of factrl.signatures.pseudo_answers
 Answer = PseudoAnswer
 
 
@@ -181,7 +181,7 @@ def test_round_chain_and_limit(claims):
 def test_world_teacher_backend_answers_from_the_gold_chain(claims, tmp_path):
     """`teacher.backend: world` through the same fan-out: right answers for the chain's questions in
     the agent's wordings, None for questions about nothing in the chain, both in the summary."""
-    from factrl.llm.backends import open_teacher
+    from factrl.recipes.teacher import open_teacher
     from factrl.recipes.teacher_params import TeacherParams
 
     def asking(rows):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.llm.signatures import LLMJudge, RuleJudge, make_judge
+from factrl.signatures import LLMJudge, RuleJudge, make_judge
 from factrl.rewards.haris import search_rewards
 
 QUESTION = "In which city was the physicist Lise Meitner born?"

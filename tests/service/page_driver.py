@@ -23,17 +23,19 @@ from tests.conftest import CHROMIUM
 @contextlib.contextmanager
 def serve_process(tmp_path: Path, index_dir: Path, checkpoint: dict, *, base: str | None = None,
                   max_turns: int = 2, max_new_tokens: int = 48, retrieval_mode: str = "bm25",
-                  precision: str = "fp32", timeout: float = 300) -> Iterator[str]:
+                  precision: str = "fp32", calibration_dir: Path | None = None, timeout: float = 300
+                  ) -> Iterator[str]:
     """``factrl serve`` as a subprocess on a free loopback port, serving ``checkpoint``
-    (``{"name", "reason", "search"}``) over ``index_dir`` (``retrieval_mode``); its base URL once
-    /healthz answers."""
+    (``{"name", "reason", "search"}``) over ``index_dir`` (``retrieval_mode``), with the calibration
+    maps of ``calibration_dir`` (none by default); its base URL once /healthz answers."""
     from factrl.servers import free_port, spawn
 
     port = free_port()
     params = {"serve": {"port": port, "index": str(index_dir), "retrieval_mode": retrieval_mode, "device": "cpu",
                         "precision": precision, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
                         "batch_size": 4, "max_wait_ms": 50, "checkpoints": [checkpoint],
-                        "corrections_db": str(tmp_path / "corrections.sqlite")}}
+                        "corrections_db": str(tmp_path / "corrections.sqlite"),
+                        "calibration_dir": str(calibration_dir or tmp_path / "calibration")}}
     if base is not None:
         params["model"] = {"base": base}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

@@ -599,15 +599,17 @@ def test_the_page_over_factrl_serve_with_a_trained_run(tmp_path):
     index_dir = run / "index"
     passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
     text, gold = _text_of(claims), claims[2]["label"]
-    checkpoint = {"name": f"round {round_}", "reason": str(run / "models" / f"reason_{round_}"),
+    # named as evaluate names it, so the service finds the map evaluate fitted for it
+    checkpoint = {"name": "HARIS (trained)", "reason": str(run / "models" / f"reason_{round_}"),
                   "search": str(run / "models" / f"search_{round_}")}
     with serve_process(tmp_path, index_dir, checkpoint, max_turns=evaluate.max_turns,
                        max_new_tokens=evaluate.max_new_tokens, retrieval_mode=evaluate.retrieval_mode,
-                       precision="auto", timeout=600) as url:
+                       precision="auto", calibration_dir=run / "metrics" / "calibration", timeout=600) as url:
         seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "trained", timeout_s=1800)
     results = _check_review(seen, claims[0]["claim"], text, gold, passages)
     assert all(r["verdict"] in ("SUPPORTS", "REFUTES") for r in results), [r["verdict"] for r in results]
     assert all(r["citations"] for r in results), [len(r["citations"]) for r in results]
+    assert all(r["calibrated"] and 0.0 <= r["confidence"] <= 1.0 for r in results)  # evaluate's map, used
     _keep_screenshots(seen["shots"])
-    print(f"verdicts {[r['verdict'] for r in results]} (gold {[c['label'] for c in claims[:4]]}); "
+    print(f"confidence {[round(r['confidence'], 3) for r in results]}; verdicts {[r['verdict'] for r in results]} (gold {[c['label'] for c in claims[:4]]}); "
           f"citations {[len(r['citations']) for r in results]}")

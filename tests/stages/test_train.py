@@ -212,7 +212,7 @@ def test_train_stages_with_smollm2(world, retriever, tmp_path, monkeypatch):
 def test_reward_functions_score_by_name():
     """The reward functions the stages build score well-formed, correct responses 1.0, wrong ones 0.1,
     malformed ones 0, from the registered rewards."""
-    from factrl.llm.signatures import make_judge
+    from factrl.signatures import make_judge
 
     @dataclasses.dataclass
     class T:

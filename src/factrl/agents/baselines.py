@@ -1,7 +1,7 @@
 """The paper's baselines, on the same retriever, LLM protocol and rollout engine as HARIS.
 
 * :func:`rag`: the claim itself is the query; its top-3 passages are the context of one
-  claim-verification call (:func:`factrl.llm.signatures.verify_claims`).
+  claim-verification call (:func:`factrl.signatures.verify_claims`).
 * :func:`decompose_then_verify`: the LLM splits the claim into sub-claims; each is retrieved for
   and verified like RAG; the claim is supported only if every sub-claim is (logical AND).
 * :func:`single_agent`: one agent both searches (``<search>`` -> top-3) and decides
@@ -17,7 +17,7 @@ from factrl.agents.protocol import REFUTES, SUPPORTS, ReasoningParse, parse_sing
 from factrl.agents.rollout import RolloutParams, Trajectory, chat_prompt_ids, run_rollouts
 from factrl.agents.tools import RetrieverTool, format_hits
 from factrl.llm.base import Message, SamplingParams
-from factrl.llm.signatures import verify_claims
+from factrl.signatures import verify_claims
 
 TOP_K = 3
 MAX_SUBCLAIMS = 6  # a 4-hop claim has four facts; more lines means the model rambled

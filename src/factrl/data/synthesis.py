@@ -177,7 +177,7 @@ def assemble(work: Sequence[Mapping[str, Any]], answers: Sequence[Any], unasked:
              prov: Provenance) -> tuple[pa.Table, pa.Table, dict]:
     """Pair teacher answers with their questions; return ``(qa, rejected, stats)``.
 
-    ``answers[i]`` is the :class:`~factrl.llm.signatures.PseudoAnswer` of ``work[i]`` (fields
+    ``answers[i]`` is the :class:`~factrl.signatures.PseudoAnswer` of ``work[i]`` (fields
     ``answer``, ``rationale``, ``ok``, ``error``). Answered pairs go to ``qa``; ``None`` answers,
     teacher failures and claims without a question go to ``rejected`` with the reason.
     """

@@ -139,12 +139,12 @@ def rationale(path: Sequence[Fact]) -> str:
 
 def pseudo_answers(llm, items: Sequence[Mapping[str, Any]], *, retries: int = 0, **_: Any) -> list:
     """The ``answer_fn`` of stage ``synthesize`` for ``synthesize.teacher.backend: world``: the same
-    contract as ``factrl.llm.signatures.pseudo_answers`` (one ``PseudoAnswer`` per item, ``answer``
+    contract as ``factrl.signatures.pseudo_answers`` (one ``PseudoAnswer`` per item, ``answer``
     None = the evidence does not answer), read off each item's ``hops``; ``llm`` is not called.
 
     An item without hops (a claim from outside the demo world) is a failed answer naming the fix.
     """
-    from factrl.llm.signatures import PseudoAnswer
+    from factrl.signatures import PseudoAnswer
 
     out = []
     for i, item in enumerate(items):

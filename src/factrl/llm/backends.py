@@ -25,10 +25,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from factrl.recipes.teacher_params import TeacherParams
+from typing import Any
 
 BACKENDS = ("local", "inprocess", "server", "openai")  # inprocess: another name for local
 OPENAI_PREFIX = "openai:"
@@ -171,21 +168,3 @@ def open_llm(model: str, backend: str, *, precision: str = "auto", device: str =
                               tokenizer=served_tokenizer(model) if base_url else None)
         return
     raise ValueError(f"unknown LLM backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-
-
-def open_teacher(params: TeacherParams, concurrency: int = 16):
-    """The teacher of ``synthesize`` (a ``factrl.recipes.teacher_params.TeacherParams``) through ``open_llm``; backend
-    ``world`` opens no model (``factrl.data.world_teacher.WorldTeacher`` names the teacher, its
-    answers come from the gold chain)."""
-    if params.backend == "world":
-        from factrl.data.world_teacher import WorldTeacher
-
-        return contextlib.nullcontext(WorldTeacher())
-    device = params.device
-    if params.backend != "openai":  # a local model: check its device here, where the params key is known
-        from factrl.hardware import resolve_device
-
-        device = str(resolve_device(params.device, key="synthesize.teacher.device"))
-    return open_llm(params.model, params.backend, precision=params.precision, device=device,
-                    concurrency=concurrency, base_url=params.base_url, api_key_env=params.api_key_env,
-                    price_per_mtok=params.price_per_mtok)

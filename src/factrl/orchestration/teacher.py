@@ -3,7 +3,7 @@
 Teacher items are cut into batches; each batch is one Prefect task of :func:`factrl.orchestration.fanout.fan_out`
 (thread pool of ``concurrency`` workers, retries on I/O errors only, result persistence off). A
 batch first looks for its
-checkpoint file and, when absent, asks the teacher through ``factrl.llm.signatures.pseudo_answers``
+checkpoint file and, when absent, asks the teacher through ``factrl.signatures.pseudo_answers``
 behind the on-disk LLM cache (:class:`~factrl.llm.cache.CachedLLM`), then writes the checkpoint
 atomically. A run killed half-way therefore loses no finished batch, and the rerun asks the
 teacher nothing it already answered: finished batches come from their checkpoints, and calls of an
@@ -83,11 +83,11 @@ def run_teacher(items: list[dict], teacher, *, prompt_hash: str, cache_path: str
                 answer_type: type | None = None) -> tuple[list[Any], dict]:
     """Answer ``items`` with ``teacher``; return ``(answers in item order, usage summary)``.
 
-    ``answer_fn`` defaults to ``factrl.llm.signatures.pseudo_answers``; answers are rebuilt as
+    ``answer_fn`` defaults to ``factrl.signatures.pseudo_answers``; answers are rebuilt as
     ``answer_type`` (default ``signatures.PseudoAnswer``) from the checkpoint records.
     """
     if answer_fn is None or answer_type is None:
-        from factrl.llm import signatures
+        from factrl import signatures
 
         answer_fn = answer_fn or signatures.pseudo_answers
         answer_type = answer_type or signatures.PseudoAnswer

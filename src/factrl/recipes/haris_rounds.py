@@ -105,7 +105,7 @@ def search_judge(name: str, threshold: float, model: str, device="auto"):
     """The usefulness judge of ``haris_search``: ``rule`` (token F1 / containment at ``threshold``,
     no model) or ``llm`` (the paper's LLM judge on ``model``, an LLM spec: a local model, on
     ``device``, or an endpoint such as ``openai:gpt-4o-mini``)."""
-    from factrl.llm.signatures import make_judge
+    from factrl.signatures import make_judge
 
     if name == "rule":
         return make_judge("rule", threshold=threshold)

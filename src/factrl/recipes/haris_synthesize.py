@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from factrl.data import synthesis
 from factrl.io import write_json
-from factrl.llm.signatures import pseudo_qa_prompt_hash
+from factrl.signatures import pseudo_qa_prompt_hash
 from factrl.model_names import RoundParams
 from factrl.recipes.haris_params import SynthesizeParams
 from factrl.recipes.teacher_params import TeacherParams
@@ -101,7 +101,7 @@ def cached_rollouts(claims: list[dict], rollout_fn: RolloutFn, path: Path) -> li
 def teacher_answer_fn(teacher: TeacherParams, p_hash: str | None = None) -> tuple[Callable, type, str]:
     """``(answer_fn, answer_type, prompt_hash)`` of the teacher backend: the world teacher reads the
     gold chain (``world_teacher.pseudo_answers``); an LLM teacher answers the pseudo-QA signature."""
-    from factrl.llm import signatures
+    from factrl import signatures
 
     if teacher.backend == "world":
         from factrl.data import world_teacher

@@ -1,6 +1,6 @@
 """The teacher LLM's parameters (:class:`TeacherParams`), nested in ``synthesize.teacher`` (HARIS A.4's
 pseudo-labels) and ``warmup.teacher`` (reference trajectories); opened by
-``factrl.llm.backends.open_teacher``."""
+``factrl.recipes.teacher.open_teacher``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ also keeps judge calls off responses that cannot earn anything).
 
 The judge is pluggable: anything with ``judge(items) -> list[bool]`` where each item has the keys
 ``question``, ``answer`` (pseudo ground truth) and ``gathered`` (the report), e.g.
-:class:`factrl.llm.signatures.LLMJudge` (the paper's LLM-as-a-judge) or ``RuleJudge`` (token F1).
+:class:`factrl.signatures.LLMJudge` (the paper's LLM-as-a-judge) or ``RuleJudge`` (token F1).
 """
 
 from __future__ import annotations

@@ -26,11 +26,10 @@ embedded SmolLM2-135M mostly answers in the expected format.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import collections
 import dataclasses
+import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass

@@ -4,7 +4,7 @@ import pytest
 
 from factrl.llm.base import Completion, SamplingParams
 from factrl.llm.cache import CachedLLM, DiskCache
-from factrl.llm.signatures import (
+from factrl.signatures import (
     RETRY_TEMPERATURE,
     Judge,
     LLMJudge,
