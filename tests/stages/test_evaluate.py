@@ -1,5 +1,5 @@
-"""Stage `evaluate` and `factrl evaluate`: metrics, the Table 1 report, plots and traces get written;
-an edit to an `evaluate` param reruns only that stage."""
+"""Stage `evaluate` (and its recipe, `factrl.recipes.evaluate`) and `factrl evaluate`: metrics, the
+Table 1 report, plots and traces get written; an edit to an `evaluate` param reruns only that stage."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from factrl.data.params import PrepareParams
 from factrl.eval import cli, report
 from factrl.eval.params import EvaluateParams
 from factrl.eval.systems import load_llm
+from factrl.recipes import evaluate as recipe
 from tests.eval.test_runner import ScriptedLLM
 from tests.pipeline_repo import edit_params, make_pipeline_repo
 
@@ -168,7 +169,7 @@ def test_local_models_load_at_the_evaluate_precision(tiny_world, monkeypatch):
         loaded.append((spec, precision))
         return ScriptedLLM()
 
-    monkeypatch.setattr(stage, "load_llm", load_llm)
+    monkeypatch.setattr(recipe, "load_llm", load_llm)
     _write_params(tiny_world / "params.yaml", {"per_hop": 2, "systems": ["haris", "rag"], "n_boot": 20,
                                                "retrieval_mode": "bm25", "trace_claims": 0, "precision": "fp32"})
     stage.main("params.yaml")
@@ -202,11 +203,11 @@ def test_reward_points_from_training_metrics(tmp_path):
     write_history([{"step": 1, "reward_mean": 0.5}], tmp_path / "reason_r1")
     write_history([{"step": 1, "reward_mean": 9.0}], tmp_path / "notes")  # no agent in the name: ignored
     (tmp_path / "reason_r3.csv").write_text("step,reward_mean\n1,0.5\n")  # not a DVCLive directory: ignored
-    points = stage.reward_points(tmp_path)
+    points = recipe.reward_points(tmp_path)
     assert points == [{"agent": "reason", "round": 1, "step": 1, "reward": 0.5},
                       {"agent": "search", "round": 2, "step": 1, "reward": 0.1},
                       {"agent": "search", "round": 2, "step": 2, "reward": 0.3}]
-    assert stage.reward_points(tmp_path / "absent") == []
+    assert recipe.reward_points(tmp_path / "absent") == []
 
 
 def test_checkpoints_default_to_base_warm_and_trained(tmp_path, monkeypatch):
@@ -216,20 +217,20 @@ def test_checkpoints_default_to_base_warm_and_trained(tmp_path, monkeypatch):
     rounds = {"1": {"prev": 0, "segment": "all"}, "2": {"prev": 1, "segment": "seg1"}}
     params.write_text(yaml.safe_dump({"model": {"base": "smollm2-135m"}, "evaluate": {}, "rounds": rounds}))
     with pytest.raises(FileNotFoundError, match=r"checkpoints\[1\].reason: warm = models/reason_0 does not exist"):
-        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
+        recipe.resolve_checkpoints(load_section(EvaluateParams, params), params)
     for name in ("reason_0", "search_0", "reason_2", "search_2"):
         (tmp_path / "models" / name).mkdir(parents=True)
-    assert stage.resolve_checkpoints(load_section(EvaluateParams, params), params) == [
+    assert recipe.resolve_checkpoints(load_section(EvaluateParams, params), params) == [
         ("HARIS (base)", "smollm2-135m", "smollm2-135m"),
         ("HARIS (warm)", str(Path("models/reason_0")), str(Path("models/search_0"))),
         ("HARIS (trained)", str(Path("models/reason_2")), str(Path("models/search_2")))]
     params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [
         {"name": "HARIS r4", "reason": "models/reason_4", "search": "models/search_4"}]}}))
     with pytest.raises(FileNotFoundError, match=r"evaluate.checkpoints\[0\].reason: models/reason_4 does not exist"):
-        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
+        recipe.resolve_checkpoints(load_section(EvaluateParams, params), params)
     params.write_text(yaml.safe_dump({"evaluate": {"checkpoints": [], "systems": ["haris"]}}))
     with pytest.raises(ConfigError, match=r"evaluate.checkpoints: empty, but systems has haris"):
-        stage.resolve_checkpoints(load_section(EvaluateParams, params), params)
+        recipe.resolve_checkpoints(load_section(EvaluateParams, params), params)
 
 
 def test_sets_are_checked(tmp_path, monkeypatch):
@@ -237,10 +238,10 @@ def test_sets_are_checked(tmp_path, monkeypatch):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "nope.jsonl"}]}}))
     with pytest.raises(FileNotFoundError, match=r"evaluate.sets\[0\] \(x\): nope.jsonl does not exist"):
-        stage.load_sets(load_section(EvaluateParams, params))
+        recipe.load_sets(load_section(EvaluateParams, params))
     params.write_text(yaml.safe_dump({"evaluate": {"sets": [{"name": "x", "path": "a.jsonl", "hub": "hover"}]}}))
     with pytest.raises(ValueError, match="exactly one of path and hub"):
-        stage.load_sets(load_section(EvaluateParams, params))
+        recipe.load_sets(load_section(EvaluateParams, params))
 
 
 def test_a_set_with_its_own_index_is_searched_like_index_dir(tiny_world):
@@ -258,14 +259,14 @@ def test_a_set_with_its_own_index_is_searched_like_index_dir(tiny_world):
     index_stage.main("params.yaml", passages=other / "passages.parquet", out=other / "index")  # minilm: dense too
     spec = {"name": "other", "path": str(other / "claims.parquet"), "index": str(other / "index")}
     _write_params(tiny_world / "params.yaml", {"sets": [spec], "retrieval_mode": "hybrid"})
-    [own], _ = stage.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
+    [own], _ = recipe.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
     assert own.retriever.mode == "hybrid" and own.retriever.dir == other / "index"
     claim = own.claims.to_pylist()[0]
     gold = set(claim["hops"][0]["passage_ids"])
     assert gold & {h.id for h in own.retriever.search([claim["hops"][0]["question"]], k=3)[0]}
     _write_params(tiny_world / "params.yaml", {"sets": [spec | {"passages": str(other / "passages.parquet")}]})
     with pytest.raises(ValueError, match="at most one of passages"):
-        stage.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
+        recipe.load_sets(load_section(EvaluateParams, tiny_world / "params.yaml"))
 
 
 def test_dvc_deps_cover_every_model_checkpoint_of_any_round(repo_root):
