@@ -9,10 +9,11 @@ import dataclasses
 
 import pytest
 
+from factrl.agents.systems_registry import BASELINES, Baseline, system_names
 from factrl.config import ConfigError, from_dict, registry_names
 from factrl.eval.calibration import METHODS, Calibrator
 from factrl.eval.params import EvaluateParams
-from factrl.eval.systems import BASELINES, Baseline, build_systems, system_names
+from factrl.eval.systems import build_systems
 from factrl.registry import Registry, UnknownName
 from factrl.rl.kl import KL_ESTIMATORS
 from factrl.rl.losses import LOSS_AGGREGATIONS

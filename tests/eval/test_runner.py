@@ -15,10 +15,11 @@ from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_sc
 
 from factrl.agents.baselines import DECOMPOSE_SYSTEM, SINGLE_AGENT_SYSTEM
 from factrl.agents.haris import REASONING_SYSTEM, SEARCH_SYSTEM
+from factrl.agents.systems_registry import ClaimRun
 from factrl.data.schemas import CLAIMS, METRICS, PASSAGES, TRAJECTORIES, validate
 from factrl.eval import outputs, report, runner
 from factrl.eval.report import table_rows
-from factrl.eval.systems import BaselineSystem, ClaimRun, HarisSystem, build_systems
+from factrl.eval.systems import BaselineSystem, HarisSystem, build_systems
 from factrl.io import write_parquet
 from factrl.llm.base import Completion, TokensUnsupported
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from factrl.agents.systems_registry import system_names
 from factrl.eval.outputs import write_outputs
 from factrl.eval.params import EvaluateParams
 from factrl.eval.runner import EvalSet, evaluate
-from factrl.eval.systems import build_systems, load_llm, system_names
+from factrl.eval.systems import build_systems, load_llm
 from factrl.llm.backends import add_endpoint_args, parse_spec, routed
 
 

@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from factrl.agents.systems_registry import ClaimRun
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.params import EvaluateParams
 from factrl.eval.sampling import stratified_sample
-from factrl.eval.systems import ClaimRun, System, free_engine_memory, run_system
+from factrl.eval.systems import System, free_engine_memory, run_system
 from factrl.llm.backends import parse_spec
 
 log = logging.getLogger(__name__)

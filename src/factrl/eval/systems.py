@@ -17,11 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# the registry is factrl.agents.systems_registry (shared with the debate); its names are re-exported here
-from factrl.agents.systems_registry import BASELINES, HARIS, Baseline, ClaimRun, haris_runs, system_names
-
-__all__ = ["BASELINES", "Baseline", "BaselineSystem", "ClaimRun", "HarisSystem", "System", "build_systems",
-           "free_engine_memory", "load_llm", "run_system", "system_names"]
+from factrl.agents.systems_registry import BASELINES, HARIS, ClaimRun, haris_runs, system_names
 
 
 class System(Protocol):
