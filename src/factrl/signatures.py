@@ -211,6 +211,16 @@ _QA_EXAMPLE_USER = (
 _QA_EXAMPLE_REPLY = "Rationale: The evidence says the tower is in Paris.\nAnswer: Paris"
 
 
+def _one_shot(instructions: str, example_user: str, example_reply: str, user: str) -> list[Message]:
+    """The chat layout every typed call uses: instructions, one worked example, then the item."""
+    return [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": example_user},
+        {"role": "assistant", "content": example_reply},
+        {"role": "user", "content": user},
+    ]
+
+
 def _veracity(value, i: int) -> str:
     key = str(value).strip().lower()
     if key not in _VERACITY:
@@ -242,12 +252,7 @@ def pseudo_qa_messages(item: dict, i: int = 0) -> list[Message]:
         f"Claim: {_field(item, 'claim', i)}\nVeracity: {_veracity(item.get('label'), i)}\n"
         f"Evidence:\n{_evidence_lines(item.get('evidence'), i)}\nQuestion: {_field(item, 'question', i)}"
     )
-    return [
-        {"role": "system", "content": _QA_INSTRUCTIONS},
-        {"role": "user", "content": _QA_EXAMPLE_USER},
-        {"role": "assistant", "content": _QA_EXAMPLE_REPLY},
-        {"role": "user", "content": user},
-    ]
+    return _one_shot(_QA_INSTRUCTIONS, _QA_EXAMPLE_USER, _QA_EXAMPLE_REPLY, user)
 
 
 def pseudo_qa_prompt_hash() -> str:
@@ -311,12 +316,7 @@ def verify_messages(item: dict, i: int = 0) -> list[Message]:
     if isinstance(context, (list, tuple)):
         context = "\n".join(str(c) for c in context)
     user = f"Claim: {_field(item, 'claim', i)}\nContext: {_field({'context': context}, 'context', i)}"
-    return [
-        {"role": "system", "content": _VERIFY_INSTRUCTIONS},
-        {"role": "user", "content": _VERIFY_EXAMPLE_USER},
-        {"role": "assistant", "content": _VERIFY_EXAMPLE_REPLY},
-        {"role": "user", "content": user},
-    ]
+    return _one_shot(_VERIFY_INSTRUCTIONS, _VERIFY_EXAMPLE_USER, _VERIFY_EXAMPLE_REPLY, user)
 
 
 def parse_verdict(text: str) -> str:
@@ -372,12 +372,7 @@ def judge_messages(item: dict, i: int = 0) -> list[Message]:
     """Chat prompt of one usefulness judgement (keys: question, answer, gathered)."""
     question, answer, gathered = _judge_inputs(item, i)
     user = f"Question: {question}\nCorrect answer: {answer}\nGathered information: {gathered}"
-    return [
-        {"role": "system", "content": _JUDGE_INSTRUCTIONS},
-        {"role": "user", "content": _JUDGE_EXAMPLE_USER},
-        {"role": "assistant", "content": _JUDGE_EXAMPLE_REPLY},
-        {"role": "user", "content": user},
-    ]
+    return _one_shot(_JUDGE_INSTRUCTIONS, _JUDGE_EXAMPLE_USER, _JUDGE_EXAMPLE_REPLY, user)
 
 
 def parse_useful(text: str) -> bool:
