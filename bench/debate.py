@@ -58,21 +58,21 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from _measured import Measurement  # noqa: E402  (bench/ is the script's directory, on sys.path)
 
 from factrl.agents.debate import ABLATIONS as DEBATE_ABLATIONS  # noqa: E402
 from factrl.config import load_section  # noqa: E402
-from factrl.data.params import WorldParams  # noqa: E402
-from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams  # noqa: E402
 from factrl.consensus.aggregator import ABLATIONS as CONSENSUS_ABLATIONS  # noqa: E402
 from factrl.consensus.features import debate_features  # noqa: E402
+from factrl.consensus.params import FitConsensusParams  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
 from factrl.data.splits import balanced_subset  # noqa: E402
 from factrl.eval.stats import paired_tests  # noqa: E402
 from factrl.llm.backends import open_llm  # noqa: E402
 from factrl.llm.cache import DiskCache  # noqa: E402
 from factrl.recipes import scmaks  # noqa: E402
+from factrl.recipes.scmaks_params import DebateParams  # noqa: E402
 from stages.debate import debate, resolve_pool  # noqa: E402
-
-from _measured import Measurement  # noqa: E402  (bench/ is the script's directory, on sys.path)
 
 METRICS = ("accuracy", "f1_weighted", "fcr", "hallucination_rate", "caar")
 RESULTS = ROOT / "bench" / "results" / "debate.json"

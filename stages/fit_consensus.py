@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from factrl.config import load_section
+from factrl.consensus.params import FitConsensusParams
 from factrl.data.schemas import CONSENSUS_FEATURES, CONSENSUS_PREDICTIONS, DEBATE_TURNS, validate
 from factrl.io import write_json, write_parquet
 from factrl.recipes import scmaks
-from factrl.recipes.scmaks_params import FitConsensusParams
 
 
 def main(params_file: str = "params.yaml", transcripts: Path = Path("debate/transcripts.parquet"),

@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench 
 from _measured import Measurement  # noqa: E402
 
 from bench import debate as bench  # noqa: E402
-from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams  # noqa: E402
+from factrl.consensus.params import FitConsensusParams  # noqa: E402
+from factrl.recipes.scmaks_params import DebateParams, MemberParams  # noqa: E402
 
 
 def test_members_without_their_model_directory_fall_back_to_smollm2(tmp_path):

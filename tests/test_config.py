@@ -79,10 +79,10 @@ def test_device_names_load_and_a_missing_cuda_names_the_key(tmp_path):
     path.write_text(yaml.safe_dump({"train": {"search": {"device": "cuda:1"}, "reasoning": {"device": "cpu"}}}))
     train = load_any("train", path)
     assert (train.search.device, train.reasoning.device) == ("cuda:1", "cpu")
-    assert train_device("reason", train.reasoning) == torch.device("cpu")
+    assert train_device(train.reasoning, "train.reasoning") == torch.device("cpu")
     missing = "cuda:99" if torch.cuda.is_available() else "cuda"
     with pytest.raises(ValueError, match=rf"train\.search\.device: '{missing}', but"):
-        train_device("search", config.from_dict(SearchTrainParams, {"device": missing}, "train.search"))
+        train_device(config.from_dict(SearchTrainParams, {"device": missing}, "train.search"), "train.search")
 
 
 def test_repo_params_name_the_base_policy_once(repo_root):

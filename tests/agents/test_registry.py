@@ -11,7 +11,6 @@ from factrl.agents.registry import AGENTS, agent, by_stage
 from factrl.recipes import train_cli, verl_rounds, warmup
 from factrl.recipes.haris_params import TrainParams
 from factrl.registry import UnknownName
-from factrl.rl import runs
 
 
 def test_one_name_per_agent_everywhere(repo_root):
@@ -20,7 +19,7 @@ def test_one_name_per_agent_everywhere(repo_root):
     assert set(model_names.AGENTS) == names  # symbolic model names, checkpoint_of
     assert set(verl_rounds.AGENTS) == names  # the verl forms
     assert set(warmup.MODEL_NAMES.values()) == names  # the warm start's models/<name>_0
-    assert {runs.PARAMS_KEYS[n] for n in names} == {"train.reasoning", "train.search"}
+    assert {AGENTS[n].params_key for n in names} == {"train.reasoning", "train.search"}
     assert set(train_cli.STAGES) == {"train_reason", "train_search"}
     stages = set(yaml.safe_load((repo_root / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
     assert {spec.train_stage for spec in AGENTS.values()} <= stages

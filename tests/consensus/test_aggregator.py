@@ -10,8 +10,8 @@ import torch
 
 from factrl.consensus.aggregator import fit_aggregator, ppo_loss, weighted_vote
 from factrl.consensus.features import HISTORY
+from factrl.consensus.params import AggregatorParams, RewardModelParams
 from factrl.consensus.reward_model import fit_reward_model, model_inputs
-from factrl.recipes.scmaks_params import AggregatorParams, RewardModelParams
 from tests.consensus.synthetic import pool
 
 # no heuristic pre-training: whatever weight the right member gets, PPO gave it

@@ -89,8 +89,8 @@ def test_a_claim_without_an_opening_is_an_error(transcript):
 
 
 def test_a_fit_takes_history_from_its_training_claims_only():
+    from factrl.consensus.params import AggregatorParams, FitConsensusParams, RewardModelParams
     from factrl.recipes.scmaks import fit_run
-    from factrl.recipes.scmaks_params import AggregatorParams, FitConsensusParams, RewardModelParams
     from tests.consensus.synthetic import FLIP, pool
 
     fs = pool(60, always_right=0)
@@ -105,13 +105,13 @@ def test_a_fit_takes_history_from_its_training_claims_only():
 
 
 def test_cross_validation_reports_the_weight_each_member_earns():
-    from factrl.recipes.scmaks import cross_validate
-    from factrl.recipes.scmaks_params import (
+    from factrl.consensus.params import (
         AggregatorParams,
         CrossValParams,
         FitConsensusParams,
         RewardModelParams,
     )
+    from factrl.recipes.scmaks import cross_validate
     from tests.consensus.synthetic import pool
 
     quick = FitConsensusParams(reward_model=RewardModelParams(epochs=5), aggregator=AggregatorParams(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from factrl.consensus.features import FEATURES
+from factrl.consensus.params import RewardModelParams
 from factrl.consensus.reward_model import auc, fit_reward_model
-from factrl.recipes.scmaks_params import RewardModelParams
 from tests.consensus.synthetic import FLIP, pool
 
 

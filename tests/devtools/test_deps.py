@@ -190,3 +190,53 @@ def test_an_import_circle_through_a_function_level_import_is_found(tmp_path):
         "src/factrl/pkg/two.py": "x = 1\n",
     })
     assert deps.import_cycles(root) == [["factrl.a", "factrl.b"]]
+
+
+def test_every_import_of_src_runs_down_the_layer_order(repo_root, capsys):
+    assert deps.layer_breaks(repo_root) == []
+    assert deps.main(["--layers", "--root", str(repo_root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "src/factrl: no import circle", "src/factrl: every import runs down the layer order of docs/design.md"]
+
+
+def _copy_src(repo_root: Path, root: Path) -> Path:
+    import shutil
+
+    shutil.copytree(repo_root / "src/factrl", root / "src/factrl", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "docs").mkdir()
+    shutil.copy(repo_root / deps.LAYERS_DOC, root / deps.LAYERS_DOC)
+    return root
+
+
+def test_691c2d1s_consensus_importing_a_recipe_breaks_the_layer_order(repo_root, tmp_path, capsys):
+    """The two back-arrows of 691c2d1 (the consensus reading its params from recipes/scmaks_params.py),
+    planted again in a copy of today's tree, fail the check naming both files."""
+    root = _copy_src(repo_root, tmp_path)
+    for name, params in (("aggregator", "AggregatorParams"), ("reward_model", "RewardModelParams")):
+        path = root / f"src/factrl/consensus/{name}.py"
+        path.write_text(path.read_text() + f"from factrl.recipes.scmaks_params import {params}\n")
+    assert deps.layer_breaks(root) == [
+        f"src/factrl/consensus/{name}.py (machinery (layer 6)) imports src/factrl/recipes/scmaks_params.py "
+        "(recipes (layer 9)): a higher layer" for name in ("aggregator", "reward_model")]
+    assert deps.main(["--layers", "--root", str(root)]) == 1
+    assert capsys.readouterr().out.count("layer break: ") == 2
+
+
+def test_a_peer_import_and_an_unplaced_unit_break_the_layer_order(repo_root, tmp_path):
+    root = _copy_src(repo_root, tmp_path)
+    (root / "src/factrl/rl/peek.py").write_text('"""Peeks."""\n\ndef f():\n    import factrl.consensus.features\n')
+    (root / "src/factrl/newcomer.py").write_text('"""New."""\n')
+    assert deps.layer_breaks(root) == [
+        "newcomer: not in the layer order (docs/design.md's ```layers block)",
+        "src/factrl/rl/peek.py (machinery (layer 6)) imports src/factrl/consensus/features.py "
+        "(machinery (layer 6)): a peer in the same layer"]
+
+
+def test_the_layer_order_places_each_unit_once(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / deps.LAYERS_DOC).write_text("```layers\nlow: io text\nhigh: rl io\n```\n")
+    with pytest.raises(ValueError, match="placed twice"):
+        deps.read_layers(tmp_path)
+    (tmp_path / deps.LAYERS_DOC).write_text("no block here\n")
+    with pytest.raises(ValueError, match="no ```layers block"):
+        deps.read_layers(tmp_path)

@@ -16,12 +16,13 @@ import pytest
 import yaml
 
 from factrl.config import ConfigError, load_section
+from factrl.consensus.params import FitConsensusParams
 from factrl.data.schemas import CONSENSUS_PREDICTIONS, DEBATE_TURNS
 from factrl.eval.stats import consensus_rows
 from factrl.llm.cache import DiskCache
 from factrl.orchestration.fanout import BatchError
 from factrl.recipes import scmaks
-from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams
+from factrl.recipes.scmaks_params import DebateParams, MemberParams
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from factrl.consensus.params import AggregatorParams
 from factrl.consensus.reward_model import mlp, one_thread
-from factrl.recipes.scmaks_params import AggregatorParams
 
 ABLATIONS = {
     "uniform_vote": "the learned weights are replaced by w_i = 1/n (majority over the final stances)",

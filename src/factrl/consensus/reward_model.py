@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from factrl.consensus.features import FeatureSet
-from factrl.recipes.scmaks_params import RewardModelParams
+from factrl.consensus.params import RewardModelParams
 
 
 @contextlib.contextmanager

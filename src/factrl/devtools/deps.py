@@ -4,6 +4,7 @@
     python -m factrl.devtools.deps --write        # rewrite dvc.yaml's code deps (comments kept)
     python -m factrl.devtools.deps --show warmup  # one stage's closure, one file a line
     python -m factrl.devtools.deps --cycles       # import circles among src/factrl's modules; exit 1 if any
+    python -m factrl.devtools.deps --layers       # circles and imports against the layer order; exit 1 if any
 
 ``--root DIR`` names the repository (default: the current directory, where ``dvc repro`` runs).
 
@@ -46,6 +47,14 @@ lazy import hides a circle from Python, not from a reader), one edge per importe
 import of a parent package is not an edge (``pkg/__init__.py`` importing ``pkg.sub`` that imports
 ``pkg.other`` is no circle).
 
+**Layers** (``--layers``, :func:`layer_breaks`): the layer order is written once, as the ``layers``
+block of ``docs/design.md`` (its module layout): one line per layer, lowest first, ``name: units``,
+where a unit is a top-level module or package of ``src/factrl``. A module may import modules of its own
+unit and of units in lower layers only; an import of a peer in the same layer or of a higher layer is a
+break, reported with both files, and so is a unit the order does not place. The graph is the circle
+check's (the same statements, ``if TYPE_CHECKING:`` left out); what a module starts *by name in another
+process* (:data:`DYNAMIC_IMPORTS`) is no import and no break. ``--layers`` prints the circles too.
+
 **Code deps and the rest.** A dep of ``dvc.yaml`` is code when it lies under ``stages/``, ``flows/`` or
 ``src/factrl/`` and is a ``.py`` file or a directory: code deps must equal the closure, file by file
 (a directory is reported as extra: ``--write`` replaces it by the files). Every other dep (``data/``,
@@ -58,6 +67,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import re
 import shlex
 import sys
 from collections.abc import Iterable, Iterator
@@ -320,14 +330,19 @@ def write(root: Path, dvc_yaml: Path | None = None) -> list[str]:
     return changed
 
 
+def import_graph(root: Path, under: str = "src/factrl") -> dict[str, list[str]]:
+    """Module name -> the modules under ``under`` that it imports (sorted; no self-edges)."""
+    resolver = Resolver(root)
+    modules = {m.name: m for m in map(resolver.module_at, sorted((resolver.root / under).rglob("*.py")))}
+    return {name: sorted({found.name for found in map(resolver.find, resolver.imports(m))
+                          if found is not None and found.name in modules and found.name != name})
+            for name, m in modules.items()}
+
+
 def import_cycles(root: Path, under: str = "src/factrl") -> list[list[str]]:
     """The import circles among the modules under ``under``: each strongly connected component of
     their import graph with more than one module, as sorted module names (see the module docstring)."""
-    resolver = Resolver(root)
-    modules = {m.name: m for m in map(resolver.module_at, sorted((resolver.root / under).rglob("*.py")))}
-    graph = {name: sorted({found.name for found in map(resolver.find, resolver.imports(m))
-                           if found is not None and found.name in modules and found.name != name})
-             for name, m in modules.items()}
+    graph = import_graph(root, under)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -355,6 +370,58 @@ def import_cycles(root: Path, under: str = "src/factrl") -> list[list[str]]:
     return sorted(components)
 
 
+LAYERS_DOC = "docs/design.md"  # where the layer order is written: its ```layers block
+
+
+def read_layers(root: Path) -> list[tuple[str, list[str]]]:
+    """The layer order of ``root/docs/design.md``: (layer name, its units), lowest layer first."""
+    found = re.search(r"^```layers\n(.*?)^```", (root / LAYERS_DOC).read_text(encoding="utf-8"),
+                      re.MULTILINE | re.DOTALL)
+    if not found:
+        raise ValueError(f"{LAYERS_DOC}: no ```layers block (the layer order of src/factrl)")
+    layers = []
+    for line in found.group(1).splitlines():
+        line = line.partition("#")[0].strip()
+        if line:
+            name, colon, units = line.partition(":")
+            if not colon or not units.split():
+                raise ValueError(f"{LAYERS_DOC}: layer line {line!r} is not `name: unit unit ...`")
+            layers.append((name.strip(), units.split()))
+    placed = [u for _, units in layers for u in units]
+    if len(placed) != len(set(placed)):
+        raise ValueError(f"{LAYERS_DOC}: a unit is placed twice in the layer order")
+    return layers
+
+
+def _unit(module: str) -> str:
+    """The top-level module or package of ``factrl`` that ``module`` belongs to (``factrl.rl.runs`` ->
+    ``rl``); the package ``factrl`` itself is its own unit, ``factrl``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_breaks(root: Path, layers: list[tuple[str, list[str]]] | None = None) -> list[str]:
+    """Every import of ``src/factrl`` against the layer order (see the module docstring), one line each."""
+    layers = read_layers(root) if layers is None else layers
+    level = {unit: i for i, (_, units) in enumerate(layers) for unit in units}
+    level["factrl"] = -1  # the top package: importing factrl.x runs it first, whatever the layer
+    names = {unit: f"{layers[i][0]} (layer {i})" for unit, i in level.items() if i >= 0}
+    graph = import_graph(root)
+    breaks = [f"{unit}: not in the layer order ({LAYERS_DOC}'s ```layers block)"
+              for unit in sorted({_unit(m) for m in graph} - set(level))]
+    resolver = Resolver(root)
+    for module, imported in graph.items():
+        here = _unit(module)
+        for other in imported:
+            there = _unit(other)
+            if here == there or here not in level or there not in level or level[there] < level[here]:
+                continue
+            where = "a peer in the same layer" if level[there] == level[here] else "a higher layer"
+            breaks.append(f"{resolver.find(module).path} ({names[here]}) imports {resolver.find(other).path} "
+                          f"({names[there]}): {where}")
+    return breaks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m factrl.devtools.deps",
                                  description=__doc__.splitlines()[0])
@@ -364,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--show", metavar="STAGE", help="print one stage's closure (its name in dvc.yaml)")
     mode.add_argument("--cycles", action="store_true",
                       help="list the import circles among src/factrl's modules")
+    mode.add_argument("--layers", action="store_true",
+                      help=f"list import circles and imports against the layer order of {LAYERS_DOC}")
     ap.add_argument("--root", type=Path, default=Path("."), help="the repository (default: .)")
     ap.add_argument("--dvc-yaml", type=Path, default=None,
                     help="the file to check or write (default: ROOT/dvc.yaml)")
@@ -376,13 +445,20 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"no stage {args.show!r} in dvc.yaml")
         print("\n".join(stage_closure(match[0], root)))
         return 0
-    if args.cycles:
+    if args.cycles or args.layers:
         cycles = import_cycles(root)
         for component in cycles:
             print("import circle: " + " <-> ".join(component))
         if not cycles:
             print("src/factrl: no import circle")
-        return 1 if cycles else 0
+        if not args.layers:
+            return 1 if cycles else 0
+        breaks = layer_breaks(root)
+        for line in breaks:
+            print("layer break: " + line)
+        if not breaks:
+            print(f"src/factrl: every import runs down the layer order of {LAYERS_DOC}")
+        return 1 if cycles or breaks else 0
     if args.write:
         changed = write(root, args.dvc_yaml)
         print(f"rewrote the code deps of {len(changed)} stage(s): {', '.join(changed) or 'none'}")

@@ -90,7 +90,7 @@ def calibration_markdown(calibration: Mapping, maps: Mapping | None = None) -> s
     """The report's calibration section: ECE / Brier per system and hop, then per system the pooled
     reliability diagram (raw and calibrated bins) and the coverage-accuracy curve."""
     from factrl.eval.calibration import ECE_BINS
-    from factrl.eval.report import markdown_table
+    from factrl.tables import markdown_table
 
     def num(v):
         return "–" if v is None else f"{v:.3f}"

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from factrl.io import write_text
+from factrl.tables import markdown_table
 
 # (dataset, num_hops, metric) columns of Table 1, with their header labels.
 TABLE1_COLUMNS: tuple[tuple[str, int | None, str, str], ...] = (
@@ -72,13 +73,6 @@ def _index(rows: Iterable[Mapping]) -> dict[tuple, Mapping]:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.2f}"
-
-
-def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    """A GitHub markdown table: ``header`` cells, then one line per row of ``body``."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
-    return "\n".join(lines)
 
 
 def _systems(rows: Iterable[Mapping]) -> list[str]:

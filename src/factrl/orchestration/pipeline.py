@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from factrl.config import PARAMS_FILE, load_section, params_section
-from factrl.eval.report import markdown_table
+from factrl.tables import markdown_table
 
 
 @params_section("pipeline")

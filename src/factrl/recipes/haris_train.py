@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from factrl.agents.registry import agent
 from factrl.io import model_digest
 from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
@@ -26,7 +27,7 @@ from factrl.rl.runs import RunResult
 def make_judge(params: SearchTrainParams):
     """The usefulness judge of the reward (``rule`` needs no model; ``llm`` loads ``judge_model``)."""
     return haris_rounds.search_judge(params.judge, params.judge_threshold, params.judge_model,
-                                     device=runs.train_device("search", params))
+                                     device=runs.train_device(params, agent("search").params_key))
 
 
 def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainParams, *, state_dir: Path,
@@ -41,7 +42,8 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
         return haris_rounds.search_rollout_fn(policy, tool, rollout_params), haris_rounds.search_reward_fn(judge)
 
     return runs.run_agent_training(
-        agent="search", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
+        agent="search", params_key=agent("search").params_key, init_model=init_model, items=items, cfg=params,
+        make_fns=make_fns,
         state_dir=state_dir, out_model=out_model, curves_dir=curves_dir,
         extra_fingerprint={"judge": params.judge}, model_tokenizer=model_tokenizer, on_step=on_step)
 
@@ -60,7 +62,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     retriever_tool = haris_rounds.RetrieverTool(retriever, k=params.top_k)
     rollout_params = haris_rounds.reasoning_rollout_params(params)
     served = haris_rounds.served_search_params(params)
-    device = str(runs.train_device("reason", params))
+    device = str(runs.train_device(params, agent("reason").params_key))
     with (open_llm(search_model, params.search_backend, precision=params.precision, device=device)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
@@ -72,7 +74,8 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
                                                      hop_answers=haris_rounds.hop_answers_of(claims)))
 
         return runs.run_agent_training(
-            agent="reason", init_model=init_model, items=items, cfg=params, make_fns=make_fns,
+            agent="reason", params_key=agent("reason").params_key, init_model=init_model, items=items, cfg=params,
+            make_fns=make_fns,
             state_dir=state_dir, out_model=out_model, curves_dir=curves_dir,
             extra_fingerprint={"search_model": model_digest(search_model)},
             model_tokenizer=model_tokenizer, on_step=on_step)

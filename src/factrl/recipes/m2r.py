@@ -163,8 +163,8 @@ def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, sta
                 reward_fn(p.reward, stage.format, alpha=p.alpha, beta=p.beta, failures=failures))
 
     run = runs.run_agent_training(
-        agent=AGENT, init_model=init_model, items=chosen, cfg=p, make_fns=make_fns, state_dir=state_dir,
-        out_model=out_model, curves_dir=curves_dir, extra_fingerprint={"stage": dataclasses.asdict(stage)},
+        agent=AGENT, params_key="m2r", init_model=init_model, items=chosen, cfg=p, make_fns=make_fns,
+        state_dir=state_dir, out_model=out_model, curves_dir=curves_dir, extra_fingerprint={"stage": dataclasses.asdict(stage)},
         model_tokenizer=model_tokenizer, on_step=on_step)
     total = failures.pop("total", 0)
     record = {"stage": dataclasses.asdict(stage), "prompts": len(chosen), "steps": len(run.rows),

@@ -301,7 +301,8 @@ def run(p: TrainMarchParams, *, state_dir: Path, out_model: Path, curves_dir: Pa
                                   curves_dir=curves_dir, work_dir=state_dir / "verl")
         model, tok = load_model_and_tokenizer(str(out_model), device=device)
     else:
-        result = run_agent_training(agent="march", init_model=init, items=[to_item(r) for r in train_rows], cfg=p,
+        result = run_agent_training(agent="march", params_key="train_march", init_model=init,
+                                    items=[to_item(r) for r in train_rows], cfg=p,
                                     make_fns=make_fns, state_dir=state_dir / "grpo", out_model=out_model,
                                     curves_dir=curves_dir, model_tokenizer=(model, tok), on_step=on_step)
     after = evaluate(LocalLLM(model_obj=model, tokenizer=tok, precision=p.precision), held, p)

@@ -38,6 +38,7 @@ from factrl.agents.systems_registry import system_names
 from factrl.config import ConfigError
 from factrl.consensus import aggregator as agg_lib
 from factrl.consensus.features import HISTORY, FeatureSet, debate_features, feature_table
+from factrl.consensus.params import FitConsensusParams
 from factrl.consensus.reward_model import RewardModel, auc, fit_reward_model, model_inputs
 from factrl.data.schemas import CONSENSUS_PREDICTIONS, DEBATE_TURNS, validate
 from factrl.data.splits import cv_splits
@@ -46,7 +47,7 @@ from factrl.hardware import peak_rss_mib
 from factrl.llm.backends import BACKENDS, open_llm
 from factrl.llm.cache import CachedLLM, DiskCache, endpoint_cache_name
 from factrl.llm.counting import CountingLLM
-from factrl.recipes.scmaks_params import DebateParams, FitConsensusParams, MemberParams
+from factrl.recipes.scmaks_params import DebateParams, MemberParams
 from factrl.rewards import maporl
 from factrl.rewards.registry import RewardKind, choose_reward
 

@@ -17,8 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from factrl.eval.report import markdown_table
 from factrl.rl.step_log import curve_dirs, read_history
+from factrl.tables import markdown_table
 
 COLUMNS = ("reward_mean", "format_valid_rate", "correct_rate", "useful_rate")
 BLOCK_COLUMNS = COLUMNS + ("tool_calls", "uniform_group_rate", "kept_groups", "sampling_draws", "kl", "response_length",

@@ -25,14 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.io import model_digest
 from factrl.rl.params import AgentTrainParams, GRPOParams
 from factrl.rl.step_log import StepLog, write_history
 
 FINGERPRINT_FILE = "fingerprint.json"
-# agent -> its params section: HARIS's agents (factrl.agents.registry), M2R's and MARCH's policies
-PARAMS_KEYS = {**{spec.name: spec.params_key for spec in AGENT_REGISTRY.values()}, "m2r": "m2r", "march": "train_march"}
 
 
 def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]:
@@ -42,12 +39,13 @@ def select_prompts(items: list[dict], max_prompts: int, seed: int) -> list[dict]
     return picked[:max_prompts] if max_prompts > 0 else picked
 
 
-def train_device(agent: str, cfg: AgentTrainParams):
+def train_device(cfg: AgentTrainParams, params_key: str):
     """The ``torch.device`` of an agent's training run (policy, engine, trainer, reference, and the
-    models that serve it: the judge, L_r in-process); errors name the params key."""
+    models that serve it: the judge, L_r in-process); errors name ``params_key``, the section ``cfg``
+    was read from (the recipe knows it: this module names no method)."""
     from factrl.hardware import resolve_device
 
-    return resolve_device(cfg.device, key=f"{PARAMS_KEYS[agent]}.device")
+    return resolve_device(cfg.device, key=f"{params_key}.device")
 
 
 def grpo_params(p: AgentTrainParams) -> GRPOParams:
@@ -105,6 +103,7 @@ class RunResult:
 def run_agent_training(
     *,
     agent: str,
+    params_key: str,
     init_model: str,
     items: list[dict],
     cfg: AgentTrainParams,
@@ -116,7 +115,8 @@ def run_agent_training(
     model_tokenizer: tuple | None = None,
     on_step: Callable[[dict], None] | None = None,
 ) -> RunResult:
-    """GRPO of one agent from ``init_model`` on ``items``; ``make_fns(policy_llm)`` returns the
+    """GRPO of one agent from ``init_model`` on ``items`` (``cfg`` read from params section
+    ``params_key``, which errors name); ``make_fns(policy_llm)`` returns the
     ``(rollout_fn, reward_fn)`` pair (the policy LLM shares the trained weights).
 
     Resumes from ``state_dir/checkpoints`` when the fingerprint of (params, initial weights,
@@ -138,7 +138,7 @@ def run_agent_training(
         return pass_on_unchanged(agent=agent, init_model=init_model, items=items, cfg=cfg, state_dir=state_dir,
                                  out_model=out_model, curves_dir=curves_dir, extra_fingerprint=extra_fingerprint,
                                  model_tokenizer=model_tokenizer)
-    device = train_device(agent, cfg)
+    device = train_device(cfg, params_key)
     resumed = prepare_state_dir(state_dir, fingerprint(cfg, init_model, items, extra_fingerprint))
     if model_tokenizer is not None:
         model, tok = model_tokenizer
