@@ -118,7 +118,7 @@ test-gpu-bare:
 
 bench: setup
 	$(PIP_INSTALL) -c requirements/constraints.txt -e ".[bench]"
-	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in bench/[!_]*.py; do m=$$(basename $$f .py); echo "== bench.$$m"; $(BIN)/python -m bench.$$m || exit 1; done
 
 clean:
 	rm -rf data index models metrics segments plots .cache .prefect

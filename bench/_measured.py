@@ -1,6 +1,6 @@
 """When, on what and at which load a benchmark ran: the record every bench/results/<name>.json carries.
 
-    from _measured import Measurement   # bench/ is the running script's directory, so it is on sys.path
+    from bench._measured import Measurement
 
     measured = Measurement(precision)   # first thing in main(), before any timing
     ...

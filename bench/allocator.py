@@ -16,7 +16,7 @@ defaults), interleaved, ``--repeats`` times each:
 Each run reports its minor page faults and peak resident memory. Quoted: medians over repeats and
 the tuned / default ratios (speed-up of the step and of decoding, and the memory cost).
 
-Usage: python bench/allocator.py [--repeats 3] [--steps 6] [--batch 4]
+Usage: python -m bench.allocator [--repeats 3] [--steps 6] [--batch 4]
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def work_sft(steps: int, batch: int) -> dict:
     import torch
     from transformers import TrainerCallback
 
-    from factrl.rl.params import SFTParams
     from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.params import SFTParams
     from factrl.rl.sft import IGNORE_INDEX, train_sft
 
     class Clock(TrainerCallback):
@@ -117,8 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker, args)
-    sys.path.insert(0, str(ROOT / "src"))
-    from _measured import Measurement
+    from bench._measured import Measurement
 
     measured = Measurement()
     runs: dict = {kind: {"tuned": [], "default": []} for kind in ("sft", "decode")}

@@ -28,7 +28,7 @@ The three real sets come from ../shared/data and are skipped (with a note) where
 most accurate on these claims (the paper's bound: 2.5); ``calls_vs_single``: backend calls likewise.
 The file also records the commit, wall time, peak memory and the machine.
 
-Usage (from the repository root): python bench/debate.py [--claims 60] [--params params.yaml] [--embedded]
+Usage (from the repository root): python -m bench.debate [--claims 60] [--params params.yaml] [--embedded]
 [--datasets demo,fever_symmetric,...] [--no-ablations] [--smoke] [--out FILE]. Ablations run on the demo
 world only. The results file's top-level keys are the first dataset's (demo's by default). The pool's
 symbolic model names (``last``, ``base``, ...) resolve against the params file as in stage debate;
@@ -44,7 +44,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -53,13 +52,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 # as the Makefile: no telemetry from the temporary Prefect server (the machine may have no network)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from _measured import Measurement  # noqa: E402  (bench/ is the script's directory, on sys.path)
 
+from bench._measured import Measurement  # noqa: E402
 from factrl.agents.debate import ABLATIONS as DEBATE_ABLATIONS  # noqa: E402
 from factrl.config import load_section  # noqa: E402
 from factrl.consensus.aggregator import ABLATIONS as CONSENSUS_ABLATIONS  # noqa: E402

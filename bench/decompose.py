@@ -13,7 +13,7 @@ Per backend: recall (gold claims recovered / gold), precision (recovered / found
 exact-offset matches among the recovered, texts whose reply could not be parsed, and the median
 seconds per text over ``--runs`` runs. Writes ``bench/results/decompose.json``.
 
-    python bench/decompose.py [--texts 30] [--runs 3] [--llm-texts 10] [--llm-model smollm2-135m] [--no-llm]
+    python -m bench.decompose [--texts 30] [--runs 3] [--llm-texts 10] [--llm-model smollm2-135m] [--no-llm]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from _measured import Measurement
+from bench._measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "decompose.json"
 

@@ -30,5 +30,5 @@ timeout 180 $PY -m pytest -p no:cacheprovider -o addopts="" -q -rs -m gpu \
 timeout 120 $PY -m pytest -p no:cacheprovider -o addopts="" -q -rs tests/test_gpu_path.py 2>&1 | tee -a "$OUT/pytest_gpu.log"
 # the trainer's CPU tests on this machine's Python and pinned transformers
 timeout 120 $PY -m pytest -p no:cacheprovider -o addopts="" -q -m "not gpu" tests/rl/test_engine_trainer.py 2>&1 | tail -3
-timeout "${BENCH_TIMEOUT:-330}" $PY bench/grpo_device.py --devices $DEVICES --weights random ${BENCH_ARGS:-} \
+timeout "${BENCH_TIMEOUT:-330}" $PY -m bench.grpo_device --devices $DEVICES --weights random ${BENCH_ARGS:-} \
   --out "$OUT/grpo_device.json" 2>&1 | tee "$OUT/grpo_device.log"

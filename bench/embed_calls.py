@@ -6,7 +6,7 @@ call sizes on demo-world text (the index stage embeds the world's passages; the 
 embed short questions), and the embedder's default against the largest size. Medians over
 ``--repeats``; each repeat embeds the same texts at every size in turn.
 
-Usage: python bench/embed_calls.py [--passages 512] [--queries 600] [--sizes 1024 64 16 4 2 1] [--repeats 3]
+Usage: python -m bench.embed_calls [--passages 512] [--queries 600] [--sizes 1024 64 16 4 2 1] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ import argparse
 import inspect
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
-from _measured import Measurement  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "embed_calls.json"
 

@@ -10,7 +10,7 @@ whether every value produced the default's trajectories token for token (fp32 do
 may depend on the batch's shape). Untrained SmolLM2-135M, ``--precision`` (auto: bf16 on CPUs with
 native bf16).
 
-Usage: python bench/engine_batch.py [--claims 64] [--max-batch 16 32 64] [--repeats 2] [--precision auto]
+Usage: python -m bench.engine_batch [--claims 64] [--max-batch 16 32 64] [--repeats 2] [--precision auto]
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._measured import Measurement
+from bench.rollout import bench_haris, demo_setup, engine_delta, generated_tokens
 from factrl.llm.local import LocalLLM
-from _measured import Measurement
-from rollout import bench_haris, demo_setup, engine_delta, generated_tokens
 
 RESULTS = Path(__file__).parent / "results" / "engine_batch.json"
 DEFAULT_MAX_BATCH = 32  # LocalLLM's default, which every stage uses

@@ -17,7 +17,7 @@ load change on the machine hits both; ``step_vs_trl`` is our median step time ov
 (< 1 = faster). Also reported: the same ratio for the generation and training parts, and
 ``peak_rss_gib``, the process's peak RSS after our phases, before TRL is loaded.
 
-Usage: python bench/grpo.py [--steps 4] [--prompts 2] [--group 5] [--length 32]
+Usage: python -m bench.grpo [--steps 4] [--prompts 2] [--group 5] [--length 32]
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from pathlib import Path
 
 import torch
 
+from bench._measured import Measurement
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.rl.params import GRPOParams
 from factrl.hardware import use_bf16
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import load_model_and_tokenizer, resolve_model_path
+from factrl.rl.params import GRPOParams
 from factrl.rl.trainer import GRPOTrainer
-from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "grpo.json"
 PRECISION = "auto"  # what the pipeline uses: bf16 only where this CPU computes it natively
@@ -92,7 +92,8 @@ def ours(args, texts: list[str], steps: int, seed: int) -> dict[str, list[float]
 def trl_run(args, texts: list[str], steps: int, workdir: Path) -> dict[str, list[float]]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer as TRLGRPOTrainer
+    from trl import GRPOConfig
+    from trl import GRPOTrainer as TRLGRPOTrainer
 
     path = resolve_model_path("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(path)

@@ -19,7 +19,7 @@ Reported per device: median step, generate and train seconds (first step exclude
 and allocators), completion tokens per second, and on CUDA the peak memory allocated; ``cuda_vs_cpu``
 is the ratio of median step times (< 1: the GPU is faster).
 
-Usage: python bench/grpo_device.py [--devices cuda cpu] [--steps 3] [--prompts 4] [--group 8]
+Usage: python -m bench.grpo_device [--devices cuda cpu] [--steps 3] [--prompts 4] [--group 8]
                                    [--length 64] [--prompt-tokens 600] [--weights auto|real|random]
 """
 
@@ -34,12 +34,12 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from bench._measured import Measurement
 from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.rl.params import GRPOParams
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.local import LocalLLM
 from factrl.llm.models import resolve_model_path
-from _measured import Measurement
+from factrl.rl.params import GRPOParams
 
 RESULTS = Path(__file__).parent / "results" / "grpo_device.json"
 PRECISION = "auto"

@@ -40,7 +40,7 @@ round. A run whose clone already holds finished stages is resumed by DVC (``--wo
 clones; a killed run reruns only what had not finished). About 35 min per seed on 2 cores with
 native bf16 and the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
 
-Usage: python bench/learning.py [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
+Usage: python -m bench.learning [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
                                 [--profile NAME] [--work DIR] [--smoke]
 """
 
@@ -58,15 +58,13 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))  # stages/
 
+from bench._measured import Measurement, git_state  # noqa: E402
 from factrl.config import read_params  # noqa: E402
 from factrl.data.params import WorldParams  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
 from factrl.profiles import merge, read_profile, write_params  # noqa: E402
 from factrl.rl.curves import read_curve  # noqa: E402
-from _measured import Measurement, git_state  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "learning.json"
 HOPS = ("2hop", "3hop", "4hop")

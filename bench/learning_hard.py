@@ -21,7 +21,7 @@ trained minus warm pooled over hops and seeds, a paired bootstrap over the same 
 query per hop position, bench/world_difficulty.py's figures on the run's world); ``ablations[name][hop]``;
 ``goals`` (the issue's bars); ``commit``.
 
-Usage: python bench/learning_hard.py [--seeds 0 1 2] [--ablations no_dynamic_sampling] [--work DIR] [--smoke]
+Usage: python -m bench.learning_hard [--seeds 0 1 2] [--ablations no_dynamic_sampling] [--work DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -30,22 +30,19 @@ import argparse
 import copy
 import dataclasses
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
-import learning  # noqa: E402  (bench/learning.py: the clones, the runs, the seed and ablation overrides)
-from learning import ablation_overrides, clone, run, seed_overrides  # noqa: E402
-
+from bench import learning  # the clones, the runs, the seed and ablation overrides  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
+from bench.learning import ablation_overrides, clone, run, seed_overrides  # noqa: E402
 from factrl.config import read_params  # noqa: E402
 from factrl.data.params import WorldDifficulty, WorldParams  # noqa: E402
 from factrl.eval.metrics import bootstrap_mean_ci, paired_bootstrap_diff  # noqa: E402
-from factrl.profiles import merge, read_profile, write_params  # noqa: E402
+from factrl.profiles import merge, read_profile  # noqa: E402
 from factrl.rl.curves import read_curve  # noqa: E402
-from _measured import Measurement  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "learning_hard.json"
 HOPS = ("2hop", "3hop", "4hop")
@@ -191,9 +188,9 @@ def variant_accuracy(predictions: list[dict], world: WorldParams, dataset: str =
 def retrieval_hit_at_k(repo: Path) -> dict:
     """bench/world_difficulty.py's retrieval figures on the run's own training split and index."""
     import pyarrow.parquet as pq
+    from world_difficulty import retrieval_figures
 
     from factrl.retrieval.index import Retriever
-    from world_difficulty import retrieval_figures
 
     return retrieval_figures(pq.read_table(repo / "data" / "claims" / "train.parquet"),
                              Retriever(repo / "index", mode="hybrid"))

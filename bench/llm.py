@@ -18,7 +18,7 @@ Measures, each as the median of ``--repeats`` interleaved runs, greedy decoding:
 Every part records the commit, the load average and the CPU capability it was measured at.
 ``--parts`` runs a subset (the others are kept from the existing file).
 
-Usage: python bench/llm.py [--prompts 16] [--max-tokens 32] [--repeats 3] [--precision auto]
+Usage: python -m bench.llm [--prompts 16] [--max-tokens 32] [--repeats 3] [--precision auto]
            [--parts local,transformers_cb] [--claims 16] [--cb-precisions auto,fp32]
 """
 
@@ -39,13 +39,13 @@ from pathlib import Path
 import torch
 import transformers
 
+from bench._measured import Measurement
+from bench.rollout import bench_haris, demo_setup
 from factrl.hardware import resolve_precision
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
 from factrl.llm.openai_compat import OpenAICompatLLM
 from factrl.llm.serve import create_app
-from _measured import Measurement  # bench/_measured.py
-from rollout import bench_haris, demo_setup  # bench/rollout.py (this script's directory is on sys.path)
 
 RESULTS = Path(__file__).parent / "results" / "llm.json"
 TOPICS = ["the Eiffel Tower", "photosynthesis", "the Moon landing", "Mount Everest", "the Nile",

@@ -26,9 +26,9 @@ A seed takes about an hour on 2 cores. Each finished seed is kept in ``--work`` 
 the commit it ran at), and the results file is rewritten after every seed: a stopped run resumes
 from its last finished seed with the same ``--work`` (at the same commit).
 
-Usage: python bench/m2r.py [--seeds 3] [--held 24] [--qa 24] [--steps N] [--profile NAME] [--work DIR]
+Usage: python -m bench.m2r [--seeds 3] [--held 24] [--qa 24] [--steps N] [--profile NAME] [--work DIR]
                            [--out PATH]
-       python bench/m2r.py --smoke --out /tmp/m2r_smoke.json     # tiny settings, end to end in minutes
+       python -m bench.m2r --smoke --out /tmp/m2r_smoke.json     # tiny settings, end to end in minutes
 """
 
 from __future__ import annotations
@@ -37,24 +37,22 @@ import argparse
 import dataclasses
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from bench._measured import Measurement  # noqa: E402
 from factrl.config import from_dict, read_params  # noqa: E402
 from factrl.data.curriculum import CurriculumParams  # noqa: E402
 from factrl.data.params import WorldParams  # noqa: E402
 from factrl.model_names import resolve_model  # noqa: E402
 from factrl.recipes.m2r_params import M2RParams, M2RStageParams  # noqa: E402
 from factrl.rl.params import SFTParams  # noqa: E402
-from _measured import Measurement  # noqa: E402
 
 DATASETS = ("demo", "musique", "hotpotqa")
 SYSTEMS = ("rag", "m2r_base", "m2r_warm", "m2r_stage1", "m2r_stage2", "m2r_one_stage")

@@ -14,8 +14,8 @@ without the warm start are under ``without_warmup``; ``per_seed`` holds every ru
 (format failures by role, wall time, peak memory). Goal: hallucination rate at least halved, accuracy
 not lower, proposals per answer not falling.
 
-Usage: python bench/march.py [--seeds 0 1 2] [--no-baseline] [--set key=value ...] [--out PATH]
-Smoke run: python bench/march.py --seeds 0 --set steps=1 num_questions=6 held_out=2 \
+Usage: python -m bench.march [--seeds 0 1 2] [--no-baseline] [--set key=value ...] [--out PATH]
+Smoke run: python -m bench.march --seeds 0 --set steps=1 num_questions=6 held_out=2 \
     warmup_sft.max_steps=1 --out /tmp/march.json
 """
 
@@ -24,23 +24,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from bench._measured import Measurement  # noqa: E402
 from factrl.config import from_dict, read_params  # noqa: E402
-from factrl.model_names import resolve_model  # noqa: E402
-from factrl.recipes.march_params import TrainMarchParams  # noqa: E402
 from factrl.eval.stats import summary  # noqa: E402
 from factrl.io import write_json  # noqa: E402
+from factrl.model_names import resolve_model  # noqa: E402
 from factrl.profiles import merge  # noqa: E402
 from factrl.recipes import march  # noqa: E402
-from _measured import Measurement  # noqa: E402
+from factrl.recipes.march_params import TrainMarchParams  # noqa: E402
 
 METRICS = ("hallucination_rate", "accuracy")
 

@@ -14,7 +14,7 @@ each key promises and what is not measured yet).
   still queued are dropped before generating: ``dropped_before_generation``); a second wave that
   still batches; alive after.
 - ``load.service``: ``factrl serve``'s app (``create_app``: limits, jobs, the batching worker, result
-  streams) in its own uvicorn process over a fake verifier (``tests/service/fakes.py``,
+  streams) in its own uvicorn process over a fake verifier (``src/factrl/testing/service_fakes.py``,
   ``--service-delay`` s per batched call), so what is measured is the server, not HARIS: a request is
   a whole check (``POST /v1/verify``, then its ``results.jsonl`` read to the end); the limits; clients
   that hang up mid-body, before the answer, or on an open result stream; a second wave; alive after.
@@ -22,7 +22,7 @@ each key promises and what is not measured yet).
   against a real ``factrl serve`` over a finished run's trained HARIS pair and index (``make demo``'s),
   one held-out claim per client: what a user's checks cost with the real verifier behind the server.
 - ``faults``: ``OpenAICompatLLM`` behind the disk cache against the fault-injecting server of
-  tests/fault_llm.py (every fault kind on the first attempt of its share of ``--fault-records``):
+  src/factrl/testing/fault_llm.py (every fault kind on the first attempt of its share of ``--fault-records``):
   answered, lost, duplicated (a record sent again after it was answered), and the rerun's requests
   (the cache answers: must be 0). A sentinel key set only in the environment is searched for in the
   cache and the log (``secrets``).
@@ -36,7 +36,7 @@ entries of ``faults`` (bench/reliability_faults.py: warmup's teacher, debate's o
 ``evaluate --backend openai``, ``factrl serve``). ``--with-disk`` / ``--with-stage-faults`` /
 ``--with-kills`` run them first (the kills take an hour or more on 2 cores).
 
-Usage: nice -n 10 python bench/reliability.py [--clients 64] [--requests 20] [--no-fuzz] [--with-disk]
+Usage: nice -n 10 python -m bench.reliability [--clients 64] [--requests 20] [--no-fuzz] [--with-disk]
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import logging
 import os
 import secrets
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,9 +57,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.fault_llm: the one fault-injecting server
 
-from _measured import Measurement  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "reliability.json"
 FUZZ_TESTS = ["tests/data/test_sources_fuzz.py", "tests/agents/test_protocol_fuzz.py", "tests/test_config_fuzz.py",
@@ -327,7 +325,7 @@ def load_service(args, root: Path) -> dict:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "tests.service.fakes", "--port", str(port), "--dir", str(root),
+    cmd = [sys.executable, "-m", "factrl.testing.service_fakes", "--port", str(port), "--dir", str(root),
            "--delay", str(args.service_delay)]
     claims = [f"Claim {i}: Orsa was founded by Ilse Parrow, which is true." for i in range(256)]
     with spawn(cmd, f"{url}/healthz", timeout=120, log_path=root / "serve.log",
@@ -386,8 +384,8 @@ def faults(records: int, tmp: Path) -> dict:
     from factrl.llm.base import SamplingParams
     from factrl.llm.cache import CachedLLM, DiskCache
     from factrl.llm.openai_compat import OpenAICompatLLM
-    from tests.fault_llm import FAULTS, FaultyOpenAI, first_attempt_fails
-    from tests.servers import running_app
+    from factrl.testing.fault_llm import FAULTS, FaultyOpenAI, first_attempt_fails
+    from factrl.testing.servers import running_app
 
     kinds = [*FAULTS, None]
     server = FaultyOpenAI(first_attempt_fails(kinds, lambda content: int(content.split()[-1])), timeout_sleep=3.0)

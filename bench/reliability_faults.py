@@ -1,7 +1,7 @@
 """Fault counts per stage -> the ``faults`` key of bench/results/reliability.json (issue 41).
 
 Each stage or command that calls a model over HTTP runs its own code against the fault-injecting
-OpenAI-compatible server of tests/fault_llm.py: the first attempt of every distinct message fails by
+OpenAI-compatible server of src/factrl/testing/fault_llm.py: the first attempt of every distinct message fails by
 one of the fault kinds (429 with Retry-After, 500, 503, timeout, dropped connection, bad and truncated
 JSON, a wrong number of choices, no choices) or none, drawn from the message's hash; later attempts
 are answered with a well-formed verdict (VERDICT_REPLY), so records end as answered with
@@ -29,7 +29,7 @@ paid twice; a stage without a cache says so).
 The client's timeout is cut to 2 s (and its backoff to 0.05 s) so the ``timeout`` fault fires and the
 run is short; the stages open their clients with 300 s.
 
-Usage: nice -n 15 python bench/reliability_faults.py [--only warmup_teacher,serve_openai] [--claims 8]
+Usage: nice -n 15 python -m bench.reliability_faults [--only warmup_teacher,serve_openai] [--claims 8]
 """
 
 from __future__ import annotations
@@ -37,15 +37,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from _measured import Measurement  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "reliability.json"
 MODEL = "fault-model"  # not a local model: the client runs chats only (no tokenizer)
@@ -72,7 +70,7 @@ def short_client_timeouts() -> None:
 
 
 def fault_server():
-    from tests.fault_llm import FAULTS, FaultyOpenAI, first_attempt_fails_by_hash
+    from factrl.testing.fault_llm import FAULTS, FaultyOpenAI, first_attempt_fails_by_hash
 
     return FaultyOpenAI(first_attempt_fails_by_hash([*FAULTS, None, None]), reply=lambda body, k: VERDICT_REPLY,
                         timeout_sleep=3.0)
@@ -112,12 +110,12 @@ def warmup_teacher(root: Path, n: int) -> dict:
     import dataclasses
 
     from factrl.agents.tools import RetrieverTool
-    from factrl.recipes.teacher_params import TeacherParams
-    from factrl.recipes.warmup_params import WarmupParams
     from factrl.recipes.teacher import open_teacher
+    from factrl.recipes.teacher_params import TeacherParams
     from factrl.recipes.warmup import teacher_references_resumable
+    from factrl.recipes.warmup_params import WarmupParams
     from factrl.retrieval.index import Retriever
-    from tests.servers import running_app
+    from factrl.testing.servers import running_app
 
     claims = world(root, n).to_pylist()
     server = fault_server()
@@ -145,7 +143,7 @@ def warmup_teacher(root: Path, n: int) -> dict:
 
 def evaluate_openai(root: Path, n: int) -> dict:
     from factrl.eval import cli
-    from tests.servers import running_app
+    from factrl.testing.servers import running_app
 
     world(root, n)
     systems = ["haris", "single_agent", "rag", "decompose_verify"]
@@ -183,7 +181,7 @@ def serve_openai(root: Path, n: int) -> dict:
     from factrl.eval.params import CheckpointParams
     from factrl.service.app import build_service, create_app
     from factrl.service.params import ServeParams
-    from tests.servers import running_app
+    from factrl.testing.servers import running_app
 
     claims = world(root, n).to_pylist()
     server = fault_server()
@@ -226,12 +224,12 @@ def serve_openai(root: Path, n: int) -> dict:
 def debate_server_members(root: Path, n: int) -> dict:
     import dataclasses
 
-    from factrl.recipes.scmaks_params import DebateParams, MemberParams
     from factrl.llm.cache import DiskCache
+    from factrl.recipes.scmaks_params import DebateParams, MemberParams
     from factrl.retrieval.index import Retriever
+    from factrl.testing.prefect_harness import prefect_harness
+    from factrl.testing.servers import running_app
     from stages.debate import debate
-    from tests.prefect_harness import prefect_harness
-    from tests.servers import running_app
 
     table = world(root, n)
     server = fault_server()

@@ -1,9 +1,9 @@
 """Kills at every stage -> the ``kills`` key of bench/results/reliability.json (issue 41).
 
-On a copy of this repository with the tiny profile applied (tests/pipeline_repo.py), for every DVC
+On a copy of this repository with the tiny profile applied (src/factrl/testing/pipeline_repo.py), for every DVC
 stage in dependency order: an uninterrupted ``dvc repro -s STAGE`` (the reference: its lines are the
 stage's progress, its outputs' sha256 the expected result), then per kill point (one drawn in the first
-third of its progress, one in the last; tests/stage_kills.py says how) a run SIGKILLed there and a
+third of its progress, one in the last; src/factrl/testing/stage_kills.py says how) a run SIGKILLed there and a
 rerun to the end, whose outputs are hashed and compared with the reference's. The next stage runs on
 the reference outputs (restored when a trial's differ), so one stage's difference does not spread.
 
@@ -11,10 +11,10 @@ Then a Prefect flow run (``python -m flows.pipeline``, targets ``index`` and ``c
 at two points: ``dvc.lock`` must list each stage with outputs matching their recorded hashes, or not
 list it (``dvc status``: no stage of the lock has changed or deleted outputs).
 
-``--disk-only``: prepare on a full disk instead (tests/disk_full.py) -> the ``disk`` key.
+``--disk-only``: prepare on a full disk instead (src/factrl/testing/disk_full.py) -> the ``disk`` key.
 
-Usage: nice -n 15 python bench/reliability_kills.py [--stages prepare,index] [--trials ...] [--seed 0] [--flow prepare:3,index:60]
-       nice -n 15 python bench/reliability_kills.py --disk-only
+Usage: nice -n 15 python -m bench.reliability_kills [--stages prepare,index] [--trials ...] [--seed 0] [--flow prepare:3,index:60]
+       nice -n 15 python -m bench.reliability_kills --disk-only
 Writes its key into bench/results/reliability.json, leaving the other keys as they are.
 """
 
@@ -23,23 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from _measured import Measurement  # noqa: E402
-from tests import stage_kills as sk  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
+from factrl.testing import stage_kills as sk  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "reliability.json"
 
 
 def disk(work: Path, out: Path, measured: Measurement) -> dict:
-    """tests/disk_full.py's trial -> the ``disk`` key."""
-    from tests.disk_full import disk_full_trial, run_prepare
+    """src/factrl/testing/disk_full.py's trial -> the ``disk`` key."""
+    from factrl.testing.disk_full import disk_full_trial, run_prepare
 
     reference = sk.tiny_repo(ROOT, work / "disk-reference")
     if run_prepare(reference).returncode != 0:

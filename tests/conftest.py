@@ -1,32 +1,15 @@
-"""Shared fixtures: offline settings, paths to ../shared/data, the repo root."""
+"""Shared fixtures: offline settings, ../shared/data and the repo root (factrl.testing.fixtures, shared
+with bench/tests), Chromium, the session's SmolLM2 engine."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-for key, value in {
-    "HF_HUB_OFFLINE": "1",
-    "DVC_NO_ANALYTICS": "1",
-    "DO_NOT_TRACK": "1",
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "TOKENIZERS_PARALLELISM": "false",
-    # stages that fan out with Prefect start a temporary API server; 20 s is too short on 2 busy cores
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-}.items():
-    os.environ.setdefault(key, value)
+from factrl.testing.fixtures import REPO_ROOT, SHARED_DATA, repo_root, shared_data  # noqa: F401  (fixtures)
 
-# DVC stage commands run `python`: the interpreter running the tests.
-os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("FACTRL_CACHE", str(REPO_ROOT / ".cache" / "factrl"))
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 # Headless Chromium renders the trace page (tests/eval/test_traces.py); `make setup` installs it
 # with apt-get where the machine allows, and the render test skips without it: said in the report
 # header, and (the header is hidden under -q) as the skip reason in the -ra summary at the end.
@@ -42,19 +25,6 @@ CHROMIUM_FLAGS = [
 
 def pytest_report_header(config):
     return [NO_CHROMIUM] if CHROMIUM is None else [f"chromium: {CHROMIUM}"]
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    """../shared/data, or skip with a clear message where it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared claim data not found at {SHARED_DATA} (clone with ../shared beside the repo)")
-    return SHARED_DATA
-
-
-@pytest.fixture
-def repo_root() -> Path:
-    return REPO_ROOT
 
 
 def pytest_collection_modifyitems(config, items):

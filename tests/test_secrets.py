@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault_llm import FaultyOpenAI
-from tests.servers import running_app
+from factrl.testing.fault_llm import FaultyOpenAI
+from factrl.testing.servers import running_app
 
 
 def sentinel() -> str:
@@ -57,7 +57,7 @@ def test_teacher_run_writes_the_key_nowhere(tmp_path, monkeypatch, capfd):
     from factrl.recipes.teacher import open_teacher
     from factrl.orchestration.teacher import run_teacher
     from factrl.recipes.teacher_params import TeacherParams
-    from tests.prefect_harness import prefect_harness
+    from factrl.testing.prefect_harness import prefect_harness
 
     key = sentinel()
     monkeypatch.setenv("FACTRL_SENTINEL_KEY", key)

@@ -156,7 +156,7 @@ def test_dvc_reruns_no_haris_stage_after_a_march_edit_and_every_importer_after_a
     train_march to rerun, and editing a module every training stage imports reruns them all."""
     from dvc.repo import Repo
 
-    from tests.pipeline_repo import make_pipeline_repo
+    from factrl.testing.pipeline_repo import make_pipeline_repo
     from tests.stages.test_train_dvc import commit_stand_ins
 
     repo = make_pipeline_repo(repo_root, tmp_path / "repo", {"train_march": {"seeds": [0]}})

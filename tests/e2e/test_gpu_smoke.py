@@ -21,7 +21,7 @@ from dvc.repo import Repo  # noqa: E402
 
 from factrl.profiles import merge  # noqa: E402
 from factrl.rl.step_log import read_history  # noqa: E402
-from tests.pipeline_repo import make_pipeline_repo  # noqa: E402
+from factrl.testing.pipeline_repo import make_pipeline_repo  # noqa: E402
 
 SIZES = {  # what the paper profile runs at, cut down; everything else is the paper's
     "prepare": {"world": {"seed": 4, "num_passages": 100, "num_claims": 40, "hops": [2]}},

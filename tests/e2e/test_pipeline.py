@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from dvc.repo import Repo
 
-from tests.pipeline_repo import edit_params, make_pipeline_repo
-from tests.prefect_harness import prefect_harness
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
+from factrl.testing.prefect_harness import prefect_harness
 
 
 @pytest.fixture
@@ -97,6 +97,6 @@ def test_every_temporary_prefect_server_gets_one_startup_limit(repo_root, monkey
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", ""))
                 == "prefect_test_harness"]
 
-    tests = (repo_root / "tests").rglob("*.py")
+    tests = [*(repo_root / "tests").rglob("*.py"), *(repo_root / "src/factrl/testing").rglob("*.py")]
     callers = sorted(str(p.relative_to(repo_root)) for p in tests if harness_calls(p))
-    assert callers == ["tests/prefect_harness.py"]
+    assert callers == ["src/factrl/testing/prefect_harness.py"]

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from factrl.eval import cli, runner
 from factrl.llm.backends import LLMSpec, parse_spec, route
 from factrl.llm.serve import create_app
-from tests.servers import running_app
+from factrl.testing.servers import running_app
 
 SYSTEMS = ["haris", "single_agent", "rag", "decompose_verify"]
 

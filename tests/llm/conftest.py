@@ -4,7 +4,7 @@ import contextlib
 
 import pytest
 
-from tests.servers import running_app
+from factrl.testing.servers import running_app
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""OpenAICompatLLM against a fault-injecting OpenAI-compatible server (tests/fault_llm.py): every item
+"""OpenAICompatLLM against a fault-injecting OpenAI-compatible server (src/factrl/testing/fault_llm.py): every item
 of a 200-call batch comes back exactly once despite 429s, 500s, 503s, timeouts, dropped connections,
 malformed or truncated bodies and wrong numbers of choices; a cached rerun
 sends zero requests; the API key reaches the server but never the cache or the logs."""
@@ -13,12 +13,12 @@ from fastapi.responses import JSONResponse
 from factrl.llm.base import SamplingParams, TokensUnsupported
 from factrl.llm.cache import CachedLLM, DiskCache
 from factrl.llm.openai_compat import OpenAICompatLLM
-from tests.fault_llm import FaultyOpenAI, first_attempt_fails
+from factrl.testing.fault_llm import FaultyOpenAI, first_attempt_fails
 
 SECRET = "sk-test-SECRET-0123456789"
 
 
-# every fault of tests.fault_llm, each on the first attempt of every tenth item (kind 9: none)
+# every fault of factrl.testing.fault_llm, each on the first attempt of every tenth item (kind 9: none)
 KINDS = ["rate_limit", "server_error", "unavailable", "timeout", "bad_json", "truncated_json",
          "wrong_choices", "no_choices", "dropped", None]
 

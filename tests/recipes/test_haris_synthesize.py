@@ -21,7 +21,7 @@ from factrl.orchestration.teacher import TeacherBatchError
 from factrl.recipes import haris_synthesize as recipe
 from factrl.recipes.haris_params import SynthesizeParams
 from factrl.recipes.haris_rounds import find_round
-from tests.prefect_harness import prefect_harness
+from factrl.testing.prefect_harness import prefect_harness
 
 
 @pytest.fixture(scope="module", autouse=True)

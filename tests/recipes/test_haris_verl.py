@@ -33,7 +33,7 @@ from factrl.recipes.haris_verl import (
     compute_score,
 )
 from factrl.rl import verl_backend
-from tests.servers import running_app
+from factrl.testing.servers import running_app
 from tests.verl_standin import StandInServer, build_loop, cpu_config, run_loops
 
 

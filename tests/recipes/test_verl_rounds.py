@@ -15,7 +15,7 @@ import torch
 from factrl.rl import verl_backend
 from factrl.rl.step_log import read_history
 from factrl.servers import free_port
-from tests.pipeline_repo import edit_params
+from factrl.testing.pipeline_repo import edit_params
 from tests.stages.test_train import qa_table, tiny_world
 
 

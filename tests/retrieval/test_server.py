@@ -12,7 +12,7 @@ import pytest
 from factrl.retrieval.client import RetrievalClient, RetrievalError
 from factrl.retrieval.index import Hit, Retriever
 from factrl.retrieval.server import BatchPolicy, Limits, MicroBatcher, create_app
-from tests.servers import running_app
+from factrl.testing.servers import running_app
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from factrl.recipes import verl_rounds
 from factrl.recipes.haris_params import TrainParams
 from factrl.rl import verl_backend, verl_run
 from factrl.rl.verl_backend import MAIN_PPO
-from tests.pipeline_repo import edit_params
+from factrl.testing.pipeline_repo import edit_params
 
 ROUND = RoundParams(id=1, prev=0, segment="all")
 

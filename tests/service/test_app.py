@@ -14,9 +14,16 @@ from fastapi.testclient import TestClient
 
 from factrl.data.sources import read_claims
 from factrl.service.app import ServeError, bearer_token, main
+from factrl.testing.servers import running_app
+from factrl.testing.service_fakes import (
+    PASSAGE,
+    FakeVerifier,
+    FixedCalibration,
+    app_of,
+    make_service,
+    wait_done,
+)
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, NO_CHROMIUM
-from tests.servers import running_app
-from tests.service.fakes import PASSAGE, FakeVerifier, FixedCalibration, app_of, make_service, wait_done
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from factrl.retrieval.index import Hit
 from factrl.service.citations import cite, sentence_spans
-from tests.service.fakes import app_of, make_service, wait_done
+from factrl.testing.service_fakes import app_of, make_service, wait_done
 
 
 def test_sentence_spans_cover_the_text_exactly():

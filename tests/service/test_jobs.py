@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from factrl.service.jobs import BatchWorker, ClaimItem, JobStore
-from tests.service.fakes import FakeVerifier
+from factrl.testing.service_fakes import FakeVerifier
 
 
 def _trickle(worker: BatchWorker, store: JobStore, n: int, gap_s: float) -> list:

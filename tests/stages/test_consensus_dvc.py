@@ -4,7 +4,7 @@ committed first (see test_train_dvc.py), then ``reproduce(dry=True)`` shows what
 
 from __future__ import annotations
 
-from tests.pipeline_repo import edit_params
+from factrl.testing.pipeline_repo import edit_params
 from tests.stages.test_train_dvc import _downstream, _dry, committed_repo  # noqa: F401 - the fixture
 
 

@@ -14,7 +14,7 @@ from factrl.data.params import WorldParams
 from factrl.data.world_claims import generate_claims
 from factrl.io import write_parquet
 from stages import curriculum
-from tests.pipeline_repo import edit_params, make_pipeline_repo
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
 
 
 def test_stage_writes_pieces_and_manifest(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from factrl.recipes.scmaks_params import DebateParams, MemberParams
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of
-from tests.prefect_harness import prefect_harness
+from factrl.testing.prefect_harness import prefect_harness
 
 
 @pytest.fixture(scope="module", autouse=True)

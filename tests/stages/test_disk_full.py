@@ -1,13 +1,13 @@
 """A stage whose output disk fills up stops with an error naming the output, leaves no partial file
-and succeeds once space is back (issue 41; tests/disk_full.py says how the disk is made small)."""
+and succeeds once space is back (issue 41; src/factrl/testing/disk_full.py says how the disk is made small)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from tests.disk_full import disk_full_trial, run_prepare
-from tests.pipeline_repo import make_pipeline_repo
+from factrl.testing.disk_full import disk_full_trial, run_prepare
+from factrl.testing.pipeline_repo import make_pipeline_repo
 
 
 @pytest.mark.slow  # three runs of prepare: ~40 s on the 2-core machine

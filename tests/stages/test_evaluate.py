@@ -18,11 +18,9 @@ from factrl.eval import cli, report
 from factrl.eval.params import EvaluateParams
 from factrl.eval.systems import load_llm
 from factrl.recipes import evaluate as recipe
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
+from stages import evaluate as stage
 from tests.eval.test_runner import ScriptedLLM
-from tests.pipeline_repo import edit_params, make_pipeline_repo
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # stages/ lives at the repository root
-from stages import evaluate as stage  # noqa: E402
 
 TINY_WORLD = {"source": "world", "world": {"num_passages": 100, "num_claims": 60, "seed": 3}}
 # the scratch worlds train no model: HARIS on the base model alone (the default adds warm and trained)
@@ -413,7 +411,7 @@ def test_pipeline_run_publishes_eval_table(tmp_path, repo_root):
     from prefect.client.orchestration import get_client
 
     from factrl.orchestration import pipeline
-    from tests.prefect_harness import prefect_harness
+    from factrl.testing.prefect_harness import prefect_harness
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)

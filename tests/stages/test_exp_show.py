@@ -2,7 +2,7 @@
 each training run's last curve values (the DVCLive summaries dvc.yaml declares as metrics); `dvc
 plots show` draws the DVCLive curve files.
 
-The repository is a throw-away copy of this one (tests/pipeline_repo.py) with the files the stages
+The repository is a throw-away copy of this one (src/factrl/testing/pipeline_repo.py) with the files the stages
 write put in place by the code that writes them (the eval metrics' layout, a DVCLive directory), so
 the test checks dvc.yaml's declarations as DVC reads them, without running the pipeline."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from factrl.eval.report import nested_metrics
 from factrl.rl.step_log import write_history
-from tests.pipeline_repo import git, make_pipeline_repo
+from factrl.testing.pipeline_repo import git, make_pipeline_repo
 
 REPO = Path(__file__).resolve().parents[2]
 DVC = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))

@@ -1,5 +1,5 @@
 """SIGKILL at points drawn from a stage's own progress, then `dvc repro` of the stage: it resumes or
-restarts cleanly and its outputs equal an uninterrupted run's (issue 41; tests/stage_kills.py says
+restarts cleanly and its outputs equal an uninterrupted run's (issue 41; src/factrl/testing/stage_kills.py says
 how kill points are drawn and outputs compared). A Prefect flow run killed mid-stage leaves dvc.lock
 listing a stage with matching outputs or not at all."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests import stage_kills as sk
+from factrl.testing import stage_kills as sk
 
 
 def test_equal_saves_and_a_rerun_s_cache_counters_compare_equal_and_real_differences_do_not(tmp_path):

@@ -17,7 +17,7 @@ from dvc.repo import Repo
 
 from factrl.config import load_section
 from factrl.model_names import RoundsParams, resolve_model
-from tests.pipeline_repo import edit_params, make_pipeline_repo
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
 
 
 def _touch(p: Path) -> None:

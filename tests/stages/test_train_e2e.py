@@ -14,7 +14,7 @@ import yaml
 from dvc.repo import Repo
 
 from factrl.rl.step_log import read_history
-from tests.pipeline_repo import make_pipeline_repo
+from factrl.testing.pipeline_repo import make_pipeline_repo
 
 
 @pytest.mark.slow

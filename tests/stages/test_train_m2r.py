@@ -16,7 +16,7 @@ from factrl.config import ConfigError, load_section
 from factrl.recipes import m2r as recipe
 from factrl.recipes.m2r_params import M2RParams, M2RStageParams, M2RStagesParams
 from factrl.rl.params import SFTParams
-from tests.pipeline_repo import edit_params, make_pipeline_repo
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
 from tests.stages.test_train_dvc import _dry, commit_stand_ins
 
 STAGES = {"1": {"prev": 0, "segment": "m2r_stage1", "format": 1, "start": "segments/all.parquet"},

@@ -17,7 +17,7 @@ from factrl.config import ConfigError, load_section
 from factrl.recipes import march
 from factrl.recipes.march_params import TrainMarchParams
 from factrl.rl.params import SFTParams
-from tests.pipeline_repo import edit_params, make_pipeline_repo
+from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
 from tests.stages.test_train_dvc import _downstream, _dry, commit_stand_ins
 
 # --- the DVC graph ------------------------------------------------------------------------------

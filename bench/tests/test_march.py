@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from bench import march  # noqa: E402
+from bench import march
 
 
 def _run(before: tuple[float, float], after: tuple[float, float], proposals: list[float]) -> dict:

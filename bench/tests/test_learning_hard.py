@@ -3,14 +3,9 @@ and accuracy by claim variant."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from bench import learning_hard as lh  # noqa: E402
+from bench import learning_hard as lh
 
 
 def _preds(dataset: str, system: str, right: list[bool]) -> list[dict]:

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from _measured import Measurement  # noqa: E402
-
-from bench import debate as bench  # noqa: E402
-from factrl.consensus.params import FitConsensusParams  # noqa: E402
-from factrl.recipes.scmaks_params import DebateParams, MemberParams  # noqa: E402
+from bench import debate as bench
+from bench._measured import Measurement
+from factrl.consensus.params import FitConsensusParams
+from factrl.recipes.scmaks_params import DebateParams, MemberParams
 
 
 def test_members_without_their_model_directory_fall_back_to_smollm2(tmp_path):

@@ -3,14 +3,9 @@ single-claim requests and one batch job, their latencies read from the results s
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from bench import serve  # noqa: E402
-from tests.servers import running_app  # noqa: E402
-from tests.service.fakes import FakeVerifier, app_of, make_service  # noqa: E402
+from bench import serve
+from factrl.testing.servers import running_app
+from factrl.testing.service_fakes import FakeVerifier, app_of, make_service
 
 
 def test_concurrent_requests_and_one_batch_are_timed_from_the_stream(tmp_path):

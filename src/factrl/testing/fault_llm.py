@@ -1,7 +1,7 @@
 """A fault-injecting OpenAI-compatible server for tests and benchmarks: the one copy every test of a
 model over HTTP uses (the client's retries, the teacher, the secrets test, bench/reliability.py).
 
-``FaultyOpenAI(plan)`` is a real FastAPI app (serve it with ``tests.servers.running_app``) whose
+``FaultyOpenAI(plan)`` is a real FastAPI app (serve it with ``factrl.testing.servers.running_app``) whose
 ``POST /v1/chat/completions`` answers each request by ``plan(content, attempt)``: ``content`` is the
 last message's text, ``attempt`` counts the requests with that content so far (1 = first), and the
 plan names one of :data:`FAULTS` or ``None`` for a proper answer. A ``proxy`` app can be given

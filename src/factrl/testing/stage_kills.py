@@ -316,7 +316,7 @@ def stages_of(repo: Path) -> list[str]:
 
 def tiny_repo(root: Path, dest: Path) -> Path:
     """A copy of the checkout at ``root`` with the tiny profile applied and no dvc.lock."""
-    from tests.pipeline_repo import make_pipeline_repo
+    from factrl.testing.pipeline_repo import make_pipeline_repo
 
     tiny = yaml.safe_load((root / "profiles" / "tiny.yaml").read_text())
     repo = make_pipeline_repo(root, dest, tiny)

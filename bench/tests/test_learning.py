@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from bench import learning  # noqa: E402
-from tests.pipeline_repo import git  # noqa: E402
+from bench import learning
+from factrl.testing.pipeline_repo import git
 
 
 def _cells(acc: dict[str, float], n: int = 60, questions: float = 2.0) -> dict:

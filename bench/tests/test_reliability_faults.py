@@ -4,14 +4,9 @@ a cache or work files sends nothing (issue 41)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench scripts import _measured
-
-from bench import reliability_faults as rf  # noqa: E402
+from bench import reliability_faults as rf
 
 
 @pytest.fixture(autouse=True)

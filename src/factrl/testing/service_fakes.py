@@ -4,7 +4,7 @@ As a script, the real ``factrl serve`` app (``create_app``: limits, jobs, the ba
 streams) over a :class:`FakeVerifier` under uvicorn, for the load bench (bench/reliability.py), where
 what is measured is the server, not a model::
 
-    python -m tests.service.fakes --port PORT --dir DIR [--delay 0.05] [--batch-size 16]
+    python -m factrl.testing.service_fakes --port PORT --dir DIR [--delay 0.05] [--batch-size 16]
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import torch
 
 from bench._measured import Measurement, git_state
 from factrl.hardware import resolve_precision
-from tests.pipeline_repo import git
+from factrl.testing.pipeline_repo import git
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[1]  # bench/
 
 
 def test_record_has_commit_dirty_flag_load_and_cpu(tmp_path):
