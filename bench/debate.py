@@ -54,8 +54,8 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
+from bench import _world
 from bench._measured import Measurement  # noqa: E402
 from factrl.agents.debate import ABLATIONS as DEBATE_ABLATIONS  # noqa: E402
 from factrl.config import load_section  # noqa: E402
@@ -76,13 +76,8 @@ RESULTS = ROOT / "bench" / "results" / "debate.json"
 
 
 def demo_world(root: Path, claims: int, seed: int = 31) -> tuple[pa.Table, Path]:
-    from factrl.data.world import write_world
-    from factrl.retrieval.index import build_index
-
-    write_world(WorldParams(seed=seed, num_passages=max(400, 8 * claims), num_claims=max(2 * claims, 24),
-                            hops=(2, 3)), root / "p.parquet", root / "c.parquet")
-    build_index(root / "p.parquet", root / "index", embedder=None)
-    return pq.read_table(root / "c.parquet"), root / "index"
+    return _world.demo_world(root, WorldParams(seed=seed, num_passages=max(400, 8 * claims),
+                                               num_claims=max(2 * claims, 24), hops=(2, 3)))
 
 
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -44,9 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
-from bench._measured import Measurement  # noqa: E402
+from bench._measured import Measurement
+from bench._world import demo_world  # noqa: E402
 from factrl.config import from_dict, read_params  # noqa: E402
 from factrl.data.curriculum import CurriculumParams  # noqa: E402
 from factrl.data.params import WorldParams  # noqa: E402
@@ -60,13 +60,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 def world(root: Path) -> tuple[pa.Table, Path]:
-    from factrl.data.world import write_world
-    from factrl.retrieval.index import build_index
-
-    write_world(WorldParams(seed=21, num_passages=400, num_claims=120, hops=(2, 3)), root / "p.parquet",
-                root / "c.parquet")
-    build_index(root / "p.parquet", root / "index", embedder=None)
-    return pq.read_table(root / "c.parquet"), root / "index"
+    return demo_world(root, WorldParams(seed=21, num_passages=400, num_claims=120, hops=(2, 3)))
 
 
 def split_world(claims: pa.Table, n_held: int) -> tuple[list[dict], pa.Table]:

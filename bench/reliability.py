@@ -72,17 +72,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def build_world(root: Path) -> tuple[Path, list[str]]:
     """A 2,000-passage demo world's BM25 index and its claims' sub-questions (the queries)."""
-    import pyarrow.parquet as pq
-
+    from bench._world import demo_world
     from factrl.data.params import WorldParams
-    from factrl.data.world import write_world
-    from factrl.retrieval.index import build_index
 
-    write_world(WorldParams(seed=5, num_passages=2000, num_claims=64, hops=(2, 3)), root / "p.parquet",
-                root / "c.parquet")
-    build_index(root / "p.parquet", root / "index", embedder=None)
-    claims = pq.read_table(root / "c.parquet").to_pylist()
-    return root / "index", [h["question"] for c in claims for h in (c["hops"] or [])] or [c["claim"] for c in claims]
+    table, index = demo_world(root, WorldParams(seed=5, num_passages=2000, num_claims=64, hops=(2, 3)))
+    claims = table.to_pylist()
+    return index, [h["question"] for c in claims for h in (c["hops"] or [])] or [c["claim"] for c in claims]
 
 
 async def retrieve_one(http, queries: list[str], i: int) -> str | None:

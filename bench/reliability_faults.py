@@ -80,14 +80,12 @@ def world(root: Path, claims: int):
     """The tiny profile's world, its BM25 index and the first ``claims`` claims (balanced)."""
     import pyarrow.parquet as pq
 
+    from bench._world import demo_world
     from factrl.data.params import WorldParams
     from factrl.data.splits import balanced_subset
-    from factrl.data.world import write_world
-    from factrl.retrieval.index import build_index
 
-    write_world(WorldParams(seed=4, num_passages=100, num_claims=40, hops=(2,)), root / "p.parquet", root / "c.parquet")
-    build_index(root / "p.parquet", root / "index", embedder=None)
-    table = balanced_subset(pq.read_table(root / "c.parquet"), claims)
+    table = balanced_subset(demo_world(root, WorldParams(seed=4, num_passages=100, num_claims=40, hops=(2,)))[0],
+                            claims)
     pq.write_table(table, root / "claims.parquet")
     return table
 

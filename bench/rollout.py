@@ -19,23 +19,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from bench._measured import Measurement
+from bench._world import demo_world
 from factrl.agents.haris import Haris, default_reasoning_params, default_search_params, reasoning_messages
 from factrl.data.params import WorldParams
-from factrl.data.world import write_world
 from factrl.llm.base import SamplingParams
 from factrl.llm.local import LocalLLM
-from factrl.retrieval.index import Retriever, build_index
+from factrl.retrieval.index import Retriever
 
 
 def demo_setup(tmp: Path, num_claims: int) -> tuple[list[str], Retriever]:
-    write_world(WorldParams(seed=13, num_passages=2000, num_claims=max(num_claims, 12), hops=(2, 3)),
-                tmp / "passages.parquet", tmp / "claims.parquet")
-    build_index(tmp / "passages.parquet", tmp / "index", embedder=None)
-    claims = pq.read_table(tmp / "claims.parquet").column("claim").to_pylist()[:num_claims]
-    return claims, Retriever(tmp / "index", mode="bm25")
+    table, index = demo_world(tmp, WorldParams(seed=13, num_passages=2000, num_claims=max(num_claims, 12),
+                                               hops=(2, 3)))
+    return table.column("claim").to_pylist()[:num_claims], Retriever(index, mode="bm25")
 
 
 def bench_haris(llm, retriever, max_new_tokens: int) -> Haris:
