@@ -146,7 +146,7 @@ def test_concurrent_requests_run_as_one_batched_call(tmp_path):
         svc.worker.stop()
     assert len(fake.calls) == 1 and sorted(fake.calls[0]) == sorted(f"claim {i} is true" for i in range(10))
     assert all(job["results"][0]["batch_size"] == 10 for job in jobs)
-    assert svc.worker.batches == [("demo", 10)]
+    assert svc.worker.stats.batches == 1 and svc.worker.stats.recent[0][:2] == ("demo", 10)
 
 
 def test_clients_that_hang_up_leave_no_traceback_and_the_next_requests_batch(tmp_path):

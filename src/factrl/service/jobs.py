@@ -14,16 +14,25 @@ engines: they are never called from two threads.
 
 A batch that raises is retried claim by claim, so a claim whose model call fails is marked
 ``failed`` with its error and the others still get their verdicts.
+
+Nothing here grows with the number of requests served. The queue holds at most ``max_queued`` claims:
+a job that does not fit is refused whole (:class:`QueueFull`, a 503 with ``Retry-After``), so a flood
+of requests is told to wait instead of growing memory until the process dies. Every job not finished
+has a claim waiting in the queue or running in the batch, so unfinished jobs number at most
+``max_queued + batch_size``; finished ones beyond ``max_jobs`` are dropped oldest first. The worker
+counts its batches (:class:`BatchStats`) and keeps only the last few, for ``/healthz`` and the
+``Retry-After`` estimate.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -88,36 +97,89 @@ class Job:
 
 
 class JobStore:
-    """Jobs by id, in memory; beyond ``max_jobs`` the oldest finished jobs are dropped."""
+    """Jobs by id, in memory. Once more than ``max_jobs`` jobs have finished, the oldest finished one
+    is dropped as each new one finishes (in finishing order, O(1)); unfinished jobs are bounded by
+    the worker's queue (see the module docstring), never by dropping a job a client waits on."""
 
     def __init__(self, max_jobs: int = 1000) -> None:
         self.max_jobs = max_jobs
-        self.jobs: OrderedDict[str, Job] = OrderedDict()
+        self.jobs: dict[str, Job] = {}
+        self.finished: OrderedDict[str, None] = OrderedDict()  # finished job ids, oldest first
         self.lock = threading.Lock()
 
     def create(self, checkpoint: str, items: list[ClaimItem], text: str | None = None) -> Job:
         job = Job(uuid.uuid4().hex, checkpoint, items, text)
         with self.lock:
             self.jobs[job.id] = job
-            for old in [j for j in self.jobs.values() if j.done and j is not job][: max(0, len(self.jobs) - self.max_jobs)]:
-                del self.jobs[old.id]
         return job
+
+    def discard(self, job: Job) -> None:
+        """Forget a job that never ran (the worker refused it)."""
+        with self.lock:
+            self.jobs.pop(job.id, None)
+            self.finished.pop(job.id, None)
 
     def get(self, job_id: str) -> Job | None:
         with self.lock:
             return self.jobs.get(job_id)
 
+    @property
+    def unfinished(self) -> int:
+        with self.lock:
+            return len(self.jobs) - len(self.finished)
+
     def record(self, job: Job, index: int, result: dict) -> None:
         with self.lock:
             job.results[index] = result
             job.order.append(index)
-            if job.done:
+            if job.done and job.finished is None:
                 job.finished = time.time()
+                if job.id in self.jobs:  # not discarded meanwhile
+                    self.finished[job.id] = None
+                while len(self.finished) > self.max_jobs:
+                    old, _ = self.finished.popitem(last=False)
+                    self.jobs.pop(old, None)
 
     def finished_since(self, job: Job, position: int) -> list[dict]:
         """Results that finished after the first ``position`` ones, in finishing order."""
         with self.lock:
             return [job.results[i] for i in job.order[position:]]
+
+
+class QueueFull(RuntimeError):
+    """The claim queue cannot take a job's claims: the job is refused whole (nothing of it queued).
+
+    ``retry_after_s``: when it may fit, from the rate the worker has been draining the queue."""
+
+    def __init__(self, claims: int, queued: int, capacity: int, retry_after_s: int) -> None:
+        super().__init__(f"the claim queue is full: {queued} claims are waiting and this job's {claims} would "
+                         f"pass serve.max_queued_claims ({capacity}); retry in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class BatchStats:
+    """What the worker has run, in constant memory: batched calls and claims in total, and the last
+    ``keep`` batches as ``(checkpoint, claims, seconds)`` (for ``/healthz``, tests and the drain rate)."""
+
+    def __init__(self, keep: int = 64) -> None:
+        self.batches = 0
+        self.claims = 0
+        self.recent: deque[tuple[str, int, float]] = deque(maxlen=keep)
+
+    def add(self, checkpoint: str, claims: int, seconds: float) -> None:
+        # one writer (the worker thread); readers see a count at most one batch behind
+        self.batches += 1
+        self.claims += claims
+        self.recent.append((checkpoint, claims, seconds))
+
+    def claims_per_second(self) -> float | None:
+        """The recent batches' claims over their seconds; None before the first batch."""
+        recent = list(self.recent)  # a copy: the worker may append meanwhile
+        seconds = sum(s for _, _, s in recent)
+        return sum(c for _, c, _ in recent) / seconds if recent and seconds > 0 else None
+
+
+RETRY_AFTER_MAX_S = 60  # a longer estimate is no better a promise: the client asks again within a minute
 
 
 _STOP = object()
@@ -129,12 +191,13 @@ class BatchWorker:
     verifiers: by checkpoint name. calibrations: by checkpoint name, objects with ``apply(raw_scores)``
     and ``calibrated`` (``factrl.service.confidence.Calibration``). max_wait_s: the longest gap between
     two claims joining a batch; max_gather_s: the longest a batch gathers (at least ``max_wait_s``),
-    so a steady trickle of claims cannot hold the first one back for long. ``batches`` lists the
-    (checkpoint, claims) of every batched call, for /healthz, tests and benchmarks.
+    so a steady trickle of claims cannot hold the first one back for long. max_queued: the most
+    claims waiting in the queue (a job that would pass it raises :class:`QueueFull`). ``stats``
+    counts the batched calls (:class:`BatchStats`).
     """
 
     def __init__(self, verifiers: Mapping[str, Verifier], store: JobStore, *, batch_size: int = 16,
-                 max_wait_s: float = 0.05, max_gather_s: float = 1.0,
+                 max_wait_s: float = 0.05, max_gather_s: float = 1.0, max_queued: int = 10_000,
                  calibrations: Mapping[str, Any] | None = None) -> None:
         self.verifiers = verifiers
         self.store = store
@@ -142,8 +205,11 @@ class BatchWorker:
         self.max_wait_s = max_wait_s
         self.max_gather_s = max(max_gather_s, max_wait_s)
         self.calibrations = dict(calibrations or {})
+        self.max_queued = max_queued
+        # unbounded as a Queue (stop()'s sentinel must always fit); submit() enforces max_queued
         self.queue: queue.Queue = queue.Queue()
-        self.batches: list[tuple[str, int]] = []
+        self.admit = threading.Lock()
+        self.stats = BatchStats()
         self.thread = threading.Thread(target=self._run, name="factrl-serve-batcher", daemon=True)
 
     def start(self) -> BatchWorker:
@@ -155,8 +221,22 @@ class BatchWorker:
         self.thread.join(timeout)
 
     def submit(self, job: Job) -> None:
-        for item in job.items:
-            self.queue.put((job, item))
+        """Queue every claim of ``job``, or none: :class:`QueueFull` when they would pass ``max_queued``."""
+        with self.admit:  # only submit() adds and the worker only takes, so the check holds until the puts
+            queued = self.queue.qsize()
+            if queued + len(job.items) > self.max_queued:
+                raise QueueFull(len(job.items), queued, self.max_queued,
+                                self.retry_after(queued + len(job.items) - self.max_queued))
+            for item in job.items:
+                self.queue.put((job, item))
+
+    def retry_after(self, claims: int) -> int:
+        """Whole seconds until ``claims`` more claims have left the queue at the recent rate, in
+        ``[1, RETRY_AFTER_MAX_S]`` (1 before any batch has run: nothing to estimate from)."""
+        rate = self.stats.claims_per_second()
+        if rate is None:
+            return 1
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil(claims / rate)))
 
     @property
     def queued(self) -> int:
@@ -201,9 +281,8 @@ class BatchWorker:
     def _run_group(self, checkpoint: str, group: list) -> None:
         verifier = self.verifiers[checkpoint]
         claims = [item.claim for _, item in group]
-        self.batches.append((checkpoint, len(claims)))
         try:
-            results = verifier.verify(claims)
+            results = self._timed(verifier, checkpoint, claims)
             if len(results) != len(claims):
                 raise RuntimeError(f"verifier {checkpoint!r} returned {len(results)} results for {len(claims)} claims")
         except Exception as err:
@@ -221,10 +300,17 @@ class BatchWorker:
                 result = result | {"status": "done", "confidence": confidence, "calibrated": calibrated}
             self.store.record(job, item.index, self._finish(job, item, result))
 
-    def _alone(self, verifier: Verifier, checkpoint: str, item: ClaimItem) -> dict:
-        self.batches.append((checkpoint, 1))
+    def _timed(self, verifier: Verifier, checkpoint: str, claims: list[str]) -> list[dict]:
+        """One batched call of ``verifier``, counted in ``stats`` whether it returns or raises."""
+        started = time.monotonic()
         try:
-            [result] = verifier.verify([item.claim])
+            return verifier.verify(claims)
+        finally:
+            self.stats.add(checkpoint, len(claims), time.monotonic() - started)
+
+    def _alone(self, verifier: Verifier, checkpoint: str, item: ClaimItem) -> dict:
+        try:
+            [result] = self._timed(verifier, checkpoint, [item.claim])
             return result
         except Exception as err:
             return failure(item, err)

@@ -46,8 +46,13 @@ class ServeParams:
     max_gather_ms: the longest a batch gathers after its first claim (at least ``max_wait_ms``).
     max_claim_chars / max_text_chars: the longest claim and text a request may send (413 beyond).
     max_claims_per_job: the most claims one job may hold (a text's claims or a batch file's lines).
-    max_body_bytes: the largest request body (413 beyond).
-    max_jobs: finished jobs kept in memory; the oldest finished ones are dropped beyond it.
+    max_body_bytes: the largest request body, counted as it is read (413 beyond).
+    max_queued_claims: the most claims waiting for the verifier; a job whose claims would pass it is
+        refused whole with a 503 and ``Retry-After`` (the seconds the queue needs to drain enough, at
+        the recent rate), so a flood is told to wait instead of growing memory. At least
+        ``max_claims_per_job``, or the largest job could never run.
+    max_jobs: finished jobs kept in memory; the oldest finished ones are dropped beyond it. Unfinished
+        jobs are bounded by ``max_queued_claims`` (each has a claim queued or in the running batch).
     decomposer: the backend splitting a text into claims (``factrl.verify.decompose``): ``sentences``
         or ``llm``.
     decomposer_model: the endpoint the ``llm`` decomposer asks, ``openai:MODEL@URL`` (e.g.
@@ -77,6 +82,7 @@ class ServeParams:
     max_text_chars: int = 20000
     max_claims_per_job: int = 500
     max_body_bytes: int = 2_000_000
+    max_queued_claims: int = 2000
     max_jobs: int = 1000
     decomposer: str = "sentences"
     decomposer_model: str = ""
@@ -85,9 +91,12 @@ class ServeParams:
 
     def __post_init__(self) -> None:
         for name in ("port", "top_k", "max_new_tokens", "batch_size", "max_claim_chars", "max_text_chars",
-                     "max_claims_per_job", "max_body_bytes", "max_jobs"):
+                     "max_claims_per_job", "max_body_bytes", "max_queued_claims", "max_jobs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_queued_claims < self.max_claims_per_job:
+            raise ConfigError(f"serve.max_queued_claims ({self.max_queued_claims}) must be >= serve.max_claims_per_job "
+                              f"({self.max_claims_per_job}): a job that large could never be queued")
         if self.max_wait_ms < 0 or self.max_gather_ms < 0:
             raise ConfigError(f"serve.max_wait_ms and serve.max_gather_ms must be >= 0, got "
                               f"{self.max_wait_ms} and {self.max_gather_ms}")

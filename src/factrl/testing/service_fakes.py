@@ -13,10 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from factrl.service.app import Service, create_app
-from factrl.service.corrections import CorrectionStore
-from factrl.service.jobs import BatchWorker, JobStore
+from factrl.service.app import create_app
 from factrl.service.params import ServeParams
+from factrl.service.state import Service, start_service
 
 PASSAGE = "Orsa is a company. Orsa was founded by Ilse Parrow in Tessik."
 
@@ -63,11 +62,8 @@ def make_service(tmp_path: Path, verifiers: dict | None = None, *, token: str | 
     """A started service over fake verifiers (default: one FakeVerifier named ``demo``)."""
     verifiers = verifiers or {"demo": FakeVerifier()}
     serve = ServeParams(**({"corrections_db": str(tmp_path / "corrections.sqlite")} | params))
-    store = JobStore(serve.max_jobs)
-    worker = BatchWorker(verifiers, store, batch_size=serve.batch_size, max_wait_s=serve.max_wait_ms / 1000,
-                         max_gather_s=serve.max_gather_ms / 1000, calibrations=calibrations).start()
-    return Service(serve, worker, store, CorrectionStore(serve.corrections_db),
-                   {name: PROVENANCE for name in verifiers}, token)
+    return start_service(serve, verifiers, {name: PROVENANCE for name in verifiers}, token=token,
+                         calibrations=calibrations)
 
 
 def app_of(service: Service):
