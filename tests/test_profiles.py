@@ -28,7 +28,7 @@ def test_profile_applies_and_every_section_loads(repo_root, tmp_path, name):
     text = params.read_text()
     assert "# factrl parameters" in text  # params.yaml's comments survive
     for section in config.read_params(params):
-        profiles.load_any_section(section, params)
+        load_any(section, params)
     # the overrides are what the stages now read
     rounds = load_any("rounds", params).rounds
     assert [r.id for r in rounds] == sorted(int(k) for k in overrides["rounds"])

@@ -16,26 +16,14 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from factrl.config import PARAMS_FILE, ConfigError
 from factrl.io import atomic_path
 from factrl.sections import all_sections, load_any
-from factrl.service.params import SECTION as SERVE
-from factrl.service.params import load_serve_params
 
 PROFILES_DIR = Path("profiles")
-# Sections no stage reads, each loaded by the code beside its dataclass with a loader of its own (the
-# serve section's defaults come from evaluate's), not registered with the params loader. Section -> loader(path).
-OTHER_SECTIONS: dict[str, Callable[[str | Path], Any]] = {SERVE: load_serve_params}
-
-
-def load_any_section(name: str, path: str | Path = PARAMS_FILE) -> Any:
-    """Section ``name`` of ``path`` loaded into its dataclass, a registered one (``factrl.sections``) or
-    one of :data:`OTHER_SECTIONS`."""
-    return OTHER_SECTIONS[name](path) if name in OTHER_SECTIONS else load_any(name, path)
 
 
 def _yaml():
@@ -58,7 +46,7 @@ def read_profile(name_or_path: str | Path, profiles_dir: Path = PROFILES_DIR) ->
     data = _yaml().load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a profile must be a mapping of params sections")
-    known = set(all_sections()) | set(OTHER_SECTIONS)
+    known = set(all_sections())
     unknown = set(data) - known
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -95,7 +83,7 @@ def write_params(data: dict[str, Any], params_file: str | Path) -> Path:
     with atomic_path(Path(params_file)) as tmp:
         tmp.write_text(buf.getvalue(), encoding="utf-8")
         for section in data:  # validate before the rename makes it visible
-            load_any_section(section, tmp)
+            load_any(section, tmp)
     return Path(params_file)
 
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from factrl.config import PARAMS_FILE, ConfigError, Device, from_dict, read_params, to_dict
+from factrl.config import PARAMS_FILE, ConfigError, Device, load_section, params_section, to_dict
 from factrl.eval.params import CheckpointParams, EvaluateParams
 
 SECTION = "serve"
 
 
+@params_section(SECTION)
 @dataclass(frozen=True)
 class ServeParams:
     """``factrl serve``: the verifier over HTTP (``factrl.service.app``).
@@ -34,8 +35,9 @@ class ServeParams:
         checkpoint to use its calibration file (``calibration_dir``/<name>.json).
     index: the index directory (the ``index`` stage's output).
     retrieval_mode: how the search agent searches it (``bm25``, ``dense`` or ``hybrid``).
-    top_k: passages per search. max_turns: questions per claim (and searches per question).
-    max_new_tokens: tokens per agent turn. Defaults: the ``evaluate`` section's.
+    top_k: passages per search (this and the next two default to the ``evaluate`` section's values).
+    max_turns: questions per claim (and searches per question).
+    max_new_tokens: tokens per agent turn.
     device / precision: where and in what precision local models run (as ``evaluate``).
     prices: USD per 1M (input, output) tokens by model: a key is an LLM spec as a checkpoint resolves
         to (``openai:gpt-4o-mini``, ``openai:MODEL@URL``) or its bare model name. Local models cost 0;
@@ -115,7 +117,7 @@ class ServeParams:
 
 def load_serve_params(params_file: str | Path = PARAMS_FILE) -> ServeParams:
     """The ``serve`` section of ``params_file`` (defaults for an absent section); errors name the key."""
-    return from_dict(ServeParams, read_params(params_file).get(SECTION), where=f"{params_file}:{SECTION}")
+    return load_section(ServeParams, params_file)
 
 
 @dataclass(frozen=True)
