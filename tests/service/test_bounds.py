@@ -19,7 +19,7 @@ from factrl.config import ConfigError
 from factrl.service import jobs as jobs_module
 from factrl.service.jobs import BatchWorker, ClaimItem, JobStore
 from factrl.service.params import ServeParams
-from tests.service.fakes import FakeVerifier, app_of, make_service, wait_done
+from factrl.testing.service_fakes import FakeVerifier, app_of, make_service, wait_done
 
 
 class GatedVerifier(FakeVerifier):
