@@ -55,7 +55,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pyarrow as pa  # noqa: E402
 
-from bench import _world
+from bench import _world  # noqa: E402
 from bench._measured import Measurement  # noqa: E402
 from factrl.agents.debate import ABLATIONS as DEBATE_ABLATIONS  # noqa: E402
 from factrl.config import load_section  # noqa: E402
@@ -69,7 +69,6 @@ from factrl.llm.backends import open_llm  # noqa: E402
 from factrl.llm.cache import DiskCache  # noqa: E402
 from factrl.recipes import scmaks  # noqa: E402
 from factrl.recipes.scmaks_params import DebateParams  # noqa: E402
-from stages.debate import debate, resolve_pool  # noqa: E402
 
 METRICS = ("accuracy", "f1_weighted", "fcr", "hallucination_rate", "caar")
 RESULTS = ROOT / "bench" / "results" / "debate.json"
@@ -112,7 +111,7 @@ DATASETS = ("demo", *SHARED_SETS)
 def load_pool(params_file: str | Path, embedded: bool) -> tuple[DebateParams, list[str]]:
     """Params ``debate`` with the pool's symbolic model names resolved as stage debate resolves them
     (``last`` is the last round's checkpoint), and with ``embedded``, :func:`embedded_pool` applied."""
-    params = resolve_pool(load_section(DebateParams, params_file), params_file)
+    params = scmaks.resolve_pool(load_section(DebateParams, params_file), params_file)
     return embedded_pool(params) if embedded else (params, [])
 
 
@@ -156,7 +155,7 @@ class KeptOpen:
 
 def run_debate(claims: pa.Table, retriever, dp: DebateParams, work: Path, cache: DiskCache, loader: KeptOpen
                ) -> tuple[pa.Table, dict]:
-    return debate({"train": claims}, dp, retriever=retriever, work_dir=work, cache=cache, loader=loader)
+    return scmaks.debate({"train": claims}, dp, retriever=retriever, work_dir=work, cache=cache, loader=loader)
 
 
 def per_run(cv: dict, system: str, metric: str) -> list[float]:

@@ -10,7 +10,7 @@ a verdict, or rejected with a stated reason: what matters here is that each ends
 - ``warmup_teacher``: the warm start's teacher rollouts (``recipes.warmup.teacher_references_resumable``
   through ``open_teacher`` with backend ``openai``, as ``stages/warmup.py`` calls them) on 8 claims of
   the tiny world; records = claims x samples reasoning rollouts, each kept or rejected with a reason.
-- ``debate_server_members``: ``stages.debate.debate`` (Prefect fan-out, disk cache, checkpoints) with a
+- ``debate_server_members``: ``factrl.recipes.scmaks.debate`` (Prefect fan-out, disk cache, checkpoints) with a
   pool of two ``openai`` members (``single_agent``, ``rag``) at the fault server; records = claims x
   members, each a transcript row.
 - ``evaluate_openai``: ``factrl evaluate --backend openai`` (``eval.cli.main``) with every system;
@@ -223,11 +223,11 @@ def debate_server_members(root: Path, n: int) -> dict:
     import dataclasses
 
     from factrl.llm.cache import DiskCache
+    from factrl.recipes.scmaks import debate
     from factrl.recipes.scmaks_params import DebateParams, MemberParams
     from factrl.retrieval.index import Retriever
     from factrl.testing.prefect_harness import prefect_harness
     from factrl.testing.servers import running_app
-    from stages.debate import debate
 
     table = world(root, n)
     server = fault_server()

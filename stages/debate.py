@@ -5,66 +5,37 @@ split, balanced by label and hops), index/, the pool's models (symbolic names su
 against params `model` and `rounds`). Outputs: debate/transcripts.parquet (DEBATE_TURNS: every answer of
 every phase, the summaries) and debate/summary.json (DVC metrics: format failures, calls and seconds per
 phase and member, accuracy and agreement before and after the debate, wall time, peak memory). Batches
-are Prefect tasks (flows/debate.py); every call goes through the on-disk LLM cache and every phase is
+are Prefect tasks (factrl.orchestration.debate); every call goes through the on-disk LLM cache and every phase is
 checkpointed, so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from factrl.config import load_section
 from factrl.data.schemas import CLAIMS, DEBATE_TURNS, validate
 from factrl.data.splits import balanced_subset
 from factrl.io import write_json, write_parquet
-from factrl.llm.cache import DiskCache
 from factrl.llm.models import cache_dir
-from factrl.model_names import resolve_model
 from factrl.recipes import scmaks
 from factrl.recipes.scmaks_params import DebateParams
-
-
-def debate(claims_by_split: dict[str, pa.Table], params: DebateParams, *, retriever, work_dir: Path,
-           loader: scmaks.Loader | None = None, cache: DiskCache | None = None) -> tuple[pa.Table, dict]:
-    """Transcripts and summary of the debate the params plan (ablations applied) over the claims."""
-    plan = scmaks.debate_plan(params)
-    with scmaks.open_pool(plan.pool, precision=params.precision, summarizer_member=params.summarizer_member,
-                          cache=cache, loader=loader) as pool:
-        return scmaks.run_debate(claims_by_split, pool, retriever, params, plan, work_dir=work_dir)
-
-
-def resolve_pool(params: DebateParams, params_file: str | Path = "params.yaml") -> DebateParams:
-    """``params`` with every member's symbolic model names (``base``, ``warm``, ``last``, ``r<id>``)
-    resolved by :func:`factrl.model_names.resolve_model`: ``model`` as the reasoning agent, ``search_model``
-    (empty: ``model``'s name, for a ``haris`` member) as the search agent."""
-    pool = []
-    for i, m in enumerate(params.pool):
-        api = m.backend == "openai"  # an endpoint's model: any name is the endpoint's to judge
-        search = m.search_model or (m.model if m.system == "haris" else "")
-        model = resolve_model(m.model, "reason", where=f"debate.pool[{i}].model", params_file=params_file, api=api)
-        if search:
-            search = resolve_model(search, "search", where=f"debate.pool[{i}].search_model", params_file=params_file,
-                                   api=api)
-        pool.append(dataclasses.replace(m, model=model, search_model=search))
-    return dataclasses.replace(params, pool=tuple(pool))
 
 
 def main(params_file: str = "params.yaml", claims_dir: Path = Path("data/claims"), out: Path = Path("debate")) -> dict:
     from factrl.retrieval.index import Retriever
 
-    params = resolve_pool(load_section(DebateParams, params_file), params_file)
+    params = scmaks.resolve_pool(load_section(DebateParams, params_file), params_file)
     scmaks.debate_plan(params)  # a wrong name stops the stage before any model loads
     claims = {}
     for split in params.splits:
         path = claims_dir / f"{split}.parquet"
         claims[split] = balanced_subset(validate(pq.read_table(path), CLAIMS, str(path)), params.max_claims)
-    table, summary = debate(claims, params, retriever=Retriever("index", mode=params.retrieval_mode),
-                            work_dir=cache_dir() / "debate")
+    table, summary = scmaks.debate(claims, params, retriever=Retriever("index", mode=params.retrieval_mode),
+                                   work_dir=cache_dir() / "debate")
     write_parquet(table, out / "transcripts.parquet", DEBATE_TURNS)
     write_json(summary, out / "summary.json")
     ff = summary["format_failures"]

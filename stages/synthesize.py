@@ -19,12 +19,12 @@ from factrl.config import load_section
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
 from factrl.io import write_json, write_parquet
-from factrl.recipes.teacher import open_teacher
 from factrl.llm.models import cache_dir
 from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes.haris_params import SynthesizeParams
 from factrl.recipes.haris_rounds import find_round, round_claims
 from factrl.recipes.haris_synthesize import evidence_passages, haris_rollout_fn, synthesize_round
+from factrl.recipes.teacher import open_teacher
 
 
 def main(round_id: str, params_file: str = "params.yaml", out: Path = Path("qa")) -> dict:

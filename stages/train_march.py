@@ -16,12 +16,11 @@ wall time, peak memory); metrics/train/march_s<seed>/ (DVCLive: DVC plots and me
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
-from factrl.config import ConfigError, load_section
-from factrl.model_names import resolve_model
+from factrl.config import ConfigError
+from factrl.model_names import load_with_base_model
 from factrl.recipes import march
 from factrl.recipes.march_params import TrainMarchParams
 
@@ -37,12 +36,10 @@ def train_march(params: TrainMarchParams, seed: int, root: Path = Path("."), **k
 
 
 def main(seed: str, params_file: str = "params.yaml") -> dict:
-    params: TrainMarchParams = load_section(TrainMarchParams, params_file)
+    params: TrainMarchParams = load_with_base_model(TrainMarchParams, params_file)
     if not seed.lstrip("-").isdigit() or int(seed) not in params.seeds:
         raise ConfigError(f"{params_file}:train_march.seeds: no run with seed {seed!r} (seeds: {list(params.seeds)})")
     march.check_params(params, f"{params_file}:train_march")
-    base = resolve_model(params.base_model, None, where="train_march.base_model", params_file=params_file)
-    params = dataclasses.replace(params, base_model=base)
     results = train_march(params, int(seed))
     print(f"train_march@{seed}: hallucination {results['before']['hallucination_rate']:.2f} -> "
           f"{results['after']['hallucination_rate']:.2f}, accuracy {results['before']['accuracy']:.2f} -> "

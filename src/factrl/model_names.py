@@ -5,15 +5,18 @@ resolved to a model."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from factrl.agents.registry import AGENTS as AGENT_REGISTRY
 from factrl.config import PARAMS_FILE, ConfigError, load_section, params_section
 from factrl.llm.models import DEFAULT_POLICY, EMBEDDED_MODELS
+
+T = TypeVar("T")
 
 
 @params_section("model")
@@ -122,6 +125,16 @@ def resolve_model(spec: str, agent: str | None, *, where: str, params_file: str 
     if round_id != 0 and round_id not in ids:
         raise ConfigError(f"{here}: {spec!r}: round {round_id} is not in params rounds (ids: {ids}; r0 = warm)")
     return str(checkpoint_of(agent, round_id))
+
+
+def load_with_base_model(cls: type[T], params_file: str | Path = PARAMS_FILE) -> T:
+    """Section ``cls`` of ``params_file`` with its ``base_model`` resolved (:func:`resolve_model`, no
+    agent's checkpoint: ``base`` or a model), the errors naming ``<section>.base_model``: what every
+    stage that trains from a base model reads first (warmup, train_m2r, train_march, evaluate)."""
+    params = load_section(cls, params_file)
+    where = f"{cls.PARAMS_KEY}.base_model"  # PARAMS_KEY: set by @params_section
+    base = resolve_model(params.base_model, None, where=where, params_file=params_file)
+    return dataclasses.replace(params, base_model=base)
 
 
 def chain_entry(entries: Sequence[Any], entry_id: int, *, section: str, noun: str) -> Any:

@@ -23,10 +23,10 @@ from factrl.llm.cache import DiskCache
 from factrl.orchestration.fanout import BatchError
 from factrl.recipes import scmaks
 from factrl.recipes.scmaks_params import DebateParams, MemberParams
+from factrl.testing.prefect_harness import prefect_harness
 from stages import debate as stage
 from stages import fit_consensus as fit_stage
 from tests.debate_fakes import DebateFake, by_label, loader_of
-from factrl.testing.prefect_harness import prefect_harness
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -70,7 +70,7 @@ def fakes(labels, die_after: int | None = None, dies: str = "") -> dict[str, Deb
 
 def run(world, tmp_path, served, params=PARAMS, work="work"):
     splits, retriever, _ = world
-    return stage.debate(splits, params, retriever=retriever, work_dir=tmp_path / work, loader=loader_of(served),
+    return scmaks.debate(splits, params, retriever=retriever, work_dir=tmp_path / work, loader=loader_of(served),
                         cache=DiskCache(tmp_path / work / "cache.sqlite"))
 
 
@@ -239,18 +239,18 @@ def test_pool_models_resolve_their_symbolic_names(tmp_path):
             MemberParams("Ben", "haris", model="warm", search_model="r1"),
             MemberParams("Cyd", "rag"),
             MemberParams("Dee", "rag", model="gpt-4o-mini", backend="openai"))
-    resolved = stage.resolve_pool(DebateParams(pool=pool), params_file).pool
+    resolved = scmaks.resolve_pool(DebateParams(pool=pool), params_file).pool
     assert [(m.model, m.search_model) for m in resolved] == [
         (str(Path("models/reason_2")), str(Path("models/search_2"))),
         (str(Path("models/reason_0")), str(Path("models/search_1"))),
         ("smollm2-135m", ""), ("gpt-4o-mini", "")]
     bad = DebateParams(pool=(pool[0], dataclasses.replace(pool[1], search_model="r7")))
     with pytest.raises(ConfigError, match=r"debate.pool\[1\].search_model: 'r7': round 7 is not in params rounds"):
-        stage.resolve_pool(bad, params_file)
+        scmaks.resolve_pool(bad, params_file)
 
 
 def test_params_yaml_sections_load(repo_root):
-    debate_params = stage.resolve_pool(load_section(DebateParams, repo_root / "params.yaml"), repo_root / "params.yaml")
+    debate_params = scmaks.resolve_pool(load_section(DebateParams, repo_root / "params.yaml"), repo_root / "params.yaml")
     assert debate_params.pool[0].model.startswith("models")  # Ada: the last round's trained pair
     plan = scmaks.debate_plan(debate_params)
     assert len(plan.pool) >= 2 and plan.roles[:2] == ("cooperative", "adversarial")

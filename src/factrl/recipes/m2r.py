@@ -25,6 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pyarrow as pa
+
 from factrl.agents import m2r
 from factrl.agents.haris import prompt_style
 from factrl.agents.loop import run_loops
@@ -180,6 +182,33 @@ def train_stage(items: list[dict], init_model: str, retriever, p: M2RParams, sta
 
 RAG_SYSTEM = ("Answer the question from the passages. Think briefly, then give the answer as a short phrase "
               "inside \\boxed{ }.")
+
+
+def run_stage(claims: pa.Table, warm_claims: pa.Table | None, retriever, params: M2RParams, stage: M2RStageParams, *,
+              init_model: str, state_dir: Path, out_model: Path, curves_dir: Path,
+              model_tokenizer: tuple | None = None) -> dict:
+    """One M2R curriculum stage (``train_m2r@<id>``): warm start first when it starts from the base
+    model and ``params.warm_start`` (references from ``warm_claims``), then GRPO on ``claims``; its
+    record (steps, format failures, the warm start's figures, wall time, peak memory)."""
+    from factrl.data.multihop import world_items
+    from factrl.hardware import peak_rss_mib
+
+    start = time.perf_counter()
+    reward_function(params.reward)  # a wrong name stops here, before any model loads
+    items = world_items(claims)
+    warm = None
+    warm_dir = state_dir.parent / f"{state_dir.name}_warm"  # apart: a new GRPO run empties state_dir
+    warm_dir.mkdir(parents=True, exist_ok=True)  # a DVC out, also when there is no warm start
+    if stage.prev == 0 and params.warm_start:
+        init_model = str(warm_dir / "model")
+        warm = warm_start(world_items(warm_claims if warm_claims is not None else claims), params,
+                          m2r.MacroTool(retriever, k=params.top_k), state_dir=warm_dir / "sft",
+                          out_model=Path(init_model), curves_dir=warm_dir / "loss", model_tokenizer=model_tokenizer)
+        model_tokenizer = None  # the warm start trained those weights; GRPO loads the saved model
+    run, record = train_stage(items, init_model, retriever, params, stage, state_dir=state_dir,
+                              out_model=out_model, curves_dir=curves_dir, model_tokenizer=model_tokenizer)
+    return {**record, "init_model": init_model, "warm_start": warm, "wall_s": time.perf_counter() - start,
+            "peak_rss_mib": peak_rss_mib()}
 
 
 def rag_messages(question: str, passages: str) -> list[dict]:

@@ -47,6 +47,7 @@ from factrl.hardware import peak_rss_mib
 from factrl.llm.backends import BACKENDS, open_llm
 from factrl.llm.cache import CachedLLM, DiskCache, endpoint_cache_name
 from factrl.llm.counting import CountingLLM
+from factrl.model_names import resolve_model
 from factrl.recipes.scmaks_params import DebateParams, MemberParams
 from factrl.rewards import maporl
 from factrl.rewards.registry import RewardKind, choose_reward
@@ -221,6 +222,31 @@ def claim_records(claims_by_split: dict[str, pa.Table]) -> list[dict]:
             for split, table in claims_by_split.items()
             for r in table.select(["id", "claim", "label", "num_hops"]).to_pylist()]
 
+
+def resolve_pool(params: DebateParams, params_file: str | Path = "params.yaml") -> DebateParams:
+    """``params`` with every member's symbolic model names (``base``, ``warm``, ``last``, ``r<id>``)
+    resolved by :func:`factrl.model_names.resolve_model`: ``model`` as the reasoning agent, ``search_model``
+    (empty: ``model``'s name, for a ``haris`` member) as the search agent."""
+    pool = []
+    for i, m in enumerate(params.pool):
+        api = m.backend == "openai"  # an endpoint's model: any name is the endpoint's to judge
+        search = m.search_model or (m.model if m.system == "haris" else "")
+        model = resolve_model(m.model, "reason", where=f"debate.pool[{i}].model", params_file=params_file, api=api)
+        if search:
+            search = resolve_model(search, "search", where=f"debate.pool[{i}].search_model",
+                                   params_file=params_file, api=api)
+        pool.append(dataclasses.replace(m, model=model, search_model=search))
+    return dataclasses.replace(params, pool=tuple(pool))
+
+
+def debate(claims_by_split: dict[str, pa.Table], params: DebateParams, *, retriever, work_dir: Path,
+           loader: Loader | None = None, cache: DiskCache | None = None) -> tuple[pa.Table, dict]:
+    """Stage ``debate``'s run: the transcripts and summary of the debate ``params`` plan (ablations
+    applied; members' model names resolved, :func:`resolve_pool`) over the claims."""
+    plan = debate_plan(params)
+    with open_pool(plan.pool, precision=params.precision, summarizer_member=params.summarizer_member,
+                   cache=cache, loader=loader) as pool:
+        return run_debate(claims_by_split, pool, retriever, params, plan, work_dir=work_dir)
 
 def batch_key(plan: DebatePlan, params: DebateParams, batch: Sequence[dict]) -> str:
     """What a batch's transcript depends on: the plan (with each model's content), every setting

@@ -223,3 +223,69 @@ def warm_start(kept: list[dict], params: WarmupParams, *, state_dir: Path, model
               f"{result.first_loss:.3f} -> {result.final_loss:.3f}, {result.tokens_per_s:.1f} tokens/s "
               f"({result.precision})", flush=True)
     return out
+
+
+def build_references(claims: pa.Table, params: WarmupParams, retriever_tool, *, teacher=None,
+                     work_dir: Path | None = None) -> tuple[list[dict], list[dict]]:
+    """``(kept, rejected)`` reference rows of both agents on ``claims`` from ``params.source``."""
+    records = claims.to_pylist()
+    if params.source == "world":
+        return reference.world_references(records, retriever_tool, max_searches=params.search_max_turns)
+    if teacher is None or work_dir is None:
+        raise ValueError("source 'teacher' needs a teacher LLM and a work directory")
+    return teacher_references_resumable(records, teacher, retriever_tool, params, work_dir)
+
+
+def run(params: WarmupParams, *, claims_file: Path, index_dir: Path, state_dir: Path, models_dir: Path,
+        loss_dir: Path) -> tuple[list[dict], list[dict], dict]:
+    """Stage ``warmup``'s whole run (``params.base_model`` already resolved): the references of both
+    agents (``kept``, ``rejected``) from the claims of ``claims_file`` over ``index_dir``, both agents
+    fine-tuned on them into ``models_dir`` (checkpoints in ``state_dir``, curves in
+    ``loss_dir/loss_<agent>``), and the summary; off, both agents are the base model and the curves
+    are empty."""
+    import pyarrow.parquet as pq
+
+    from factrl.data.schemas import CLAIMS, validate
+    from factrl.data.splits import balanced_subset
+    from factrl.hardware import hardware_record
+    from factrl.rl.step_log import write_history
+
+    start = time.perf_counter()
+    summary: dict = {"enabled": params.enabled, "base_model": params.base_model}
+    state_dir.mkdir(parents=True, exist_ok=True)  # a DVC out, also when nothing trains
+    if not params.enabled:
+        save_base_agents(params.base_model, models_dir)
+        for agent in AGENTS:  # the DVC plots and metrics outs exist, empty: nothing was trained
+            write_history([], loss_dir / f"loss_{agent}")
+        print(f"warmup: off; models/reason_0 = models/search_0 = {params.base_model}")
+        return [], [], summary | {"wall_s": time.perf_counter() - start}
+    # what prepare says the warm start may see: all training claims, or a hard world's clean ones
+    claims = balanced_subset(validate(pq.read_table(claims_file), CLAIMS, str(claims_file)), params.max_claims)
+    kept, rejected = _references(claims, params, index_dir)
+    reference.validate_references(kept, str(loss_dir / "references.parquet"))
+    counts = reference_counts(kept, rejected)
+    missing = [agent for agent, n in counts["references"].items() if n == 0]
+    if missing:
+        raise ValueError(f"warmup: source {params.source!r} gave no {' or '.join(missing)} reference from "
+                         f"{claims.num_rows} claims of {claims_file} (rejected: {counts['rejected']['by_reason']}); "
+                         "source 'world' needs the demo world's claims, use 'teacher' for other data")
+    print(f"warmup: {counts['references']} references from {claims.num_rows} claims ({params.source}); "
+          f"rejected {counts['rejected']['by_reason']}", flush=True)
+    sft = warm_start(kept, params, state_dir=state_dir, models_dir=models_dir, loss_dir=loss_dir)
+    summary |= {"source": params.source, "prompt": params.prompt, "claims": claims.num_rows, **counts, "sft": sft,
+                "wall_s": time.perf_counter() - start, "hardware": hardware_record(params.precision)}
+    return kept, rejected, summary
+
+
+def _references(claims: pa.Table, params: WarmupParams, index_dir: Path) -> tuple[list[dict], list[dict]]:
+    """:func:`build_references` over ``index_dir``, with the teacher opened for ``source: teacher``
+    (its rollouts resumable from the factrl cache)."""
+    from factrl.llm.models import cache_dir
+    from factrl.recipes.teacher import open_teacher
+    from factrl.retrieval.index import Retriever
+
+    retriever_tool = RetrieverTool(Retriever(index_dir, mode=params.retrieval_mode), k=params.top_k)
+    if params.source != "teacher":
+        return build_references(claims, params, retriever_tool)
+    with open_teacher(params.teacher) as teacher:
+        return build_references(claims, params, retriever_tool, teacher=teacher, work_dir=cache_dir() / "warmup")
