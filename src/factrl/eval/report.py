@@ -206,15 +206,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="factrl eval-table", description=main.__doc__.split(": ", 1)[1])
     ap.add_argument("metrics", nargs="?", default="metrics/eval.json")
     ap.add_argument("--dataset", default="demo")
+    ap.add_argument("--also", nargs="*", default=["heldout_wording"],
+                    help="further datasets printed when the metrics have them")
+    ap.add_argument("--gains", default="metrics/gains.json",
+                    help="the paired gains file: its GRPO-over-warm-start line is printed when present")
     args = ap.parse_args(argv)
     path = Path(args.metrics)
     if not path.exists():
         raise SystemExit(f"{path}: no such metrics file (run the evaluate stage first: dvc repro evaluate)")
-    table = hop_accuracy_markdown(json.loads(path.read_text()), args.dataset)
+    metrics = json.loads(path.read_text())
+    table = hop_accuracy_markdown(metrics, args.dataset)
     if table is None:
         raise SystemExit(f"{path}: no rows for dataset {args.dataset!r}")
     print(f"{args.dataset}: accuracy per hop (percent, bootstrap 95% interval)\n{table}")
+    gains = json.loads(Path(args.gains).read_text()) if Path(args.gains).exists() else {}
+    for dataset in [args.dataset, *(d for d in args.also if d != args.dataset and d in metrics)]:
+        if dataset != args.dataset:
+            print(f"\n{dataset}: accuracy per hop (percent, bootstrap 95% interval)\n"
+                  f"{hop_accuracy_markdown(metrics, dataset)}")
+        line = gain_line(gains.get(dataset, {}))
+        if line:
+            print(f"{dataset}: {line}")
     return 0
+
+
+# the checkpoint pair whose paired gain says what the GRPO round added (evaluate's checkpoint names)
+GRPO_PAIR = ("HARIS (trained)", "HARIS (warm)")
+
+
+def gain_line(pairs: Mapping, pair: tuple[str, str] = GRPO_PAIR) -> str | None:
+    """"GRPO over the warm start: +X points [low, high]" from one dataset's paired gains
+    (``factrl.eval.runner.paired_gains``: ``"A - B" -> hop -> {mean, ci95, n}``), pooled, with the
+    per-hop means; None when the pair was not evaluated."""
+    cells = pairs.get(f"{pair[0]} - {pair[1]}")
+    if not cells or "pooled" not in cells:
+        return None
+    pooled = cells["pooled"]
+    hops = ", ".join(f"{h} {100 * c['mean']:+.1f}" for h, c in cells.items() if h != "pooled")
+    return (f"GRPO over the warm start: {100 * pooled['mean']:+.1f} points "
+            f"[{100 * pooled['ci95'][0]:+.1f}, {100 * pooled['ci95'][1]:+.1f}] "
+            f"(paired over the same {pooled['n']} claims; {hops})")
 
 
 def render_report(

@@ -52,6 +52,11 @@ class ReasonTrainParams(AgentTrainParams):
         response also earns this times the share of the claim's gold hop answers that the reports it
         read name (``rewards.haris.with_hop_credit``), so groups whose verdicts agree still rank the
         rollouts that got further along the chain. Claims without hops (real data) earn none.
+    gate_claims: before training, the round's starting pair answers this many of its claims
+        (balanced by label and hops) ``group_size`` times each at the training temperature, and the
+        stage writes the gate figures (``factrl.rl.gate``: pass@1, pass@``group_size``, the share of
+        all-equal groups, per hop) to ``metrics/gate/reason_r<id>.json``: whether GRPO has groups
+        that mix to learn from. 0 = no gate.
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
@@ -61,6 +66,7 @@ class ReasonTrainParams(AgentTrainParams):
     require_question: bool | Literal["per_hop"] = False
     reward: str = "haris_reasoning"
     hop_reward: float = 0.0
+    gate_claims: int = 0
 
 
 @params_section("train")

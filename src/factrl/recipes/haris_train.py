@@ -11,17 +11,76 @@ the saved model) is :func:`factrl.rl.runs.run_agent_training`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
 
 from factrl.agents.registry import agent
-from factrl.io import model_digest
+from factrl.io import model_digest, write_json
 from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
 from factrl.rl import runs
+from factrl.rl.gate import gate_passes, group_figures
 from factrl.rl.runs import RunResult
+
+
+def gate_path(round_id: int) -> Path:
+    """Where stage ``train_reason@<round_id>`` writes its starting pair's gate figures."""
+    return Path("metrics") / "gate" / f"reason_r{round_id}.json"
+
+
+def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params: ReasonTrainParams,
+                 device: str) -> dict:
+    """The gate figures of the reasoning agent ``init_model`` (with ``tool``, the round's search agent)
+    on ``params.gate_claims`` of ``claims`` balanced by (label, hops): ``group_size`` rollouts each at
+    the training temperature, seeded by ``params.seed``, scored by the round's reward. Returns
+    ``pass_at_1`` (mean correctness), ``pass_at_<G>``, ``uniform_group_rate`` and the rest of
+    :func:`factrl.rl.gate.group_figures`, overall and ``per_hop``, with ``claims`` and ``seconds``."""
+    import time
+
+    from factrl.data.splits import balanced_subset
+    from factrl.llm.backends import open_llm
+    from factrl.rl.sampling import seed_everything
+
+    items = haris_rounds.reasoning_items(balanced_subset(claims, params.gate_claims))
+    g = params.group_size
+    score = haris_rounds.reasoning_reward_fn(params.reward, require_question=params.require_question)
+    t0 = time.perf_counter()
+    with open_llm(init_model, "local", precision=params.precision, device=device) as policy:
+        seed_everything(params.seed)
+        trajectories = haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params)(items, g)
+    results = score([item for item in items for _ in range(g)], trajectories)
+    rewards = [[r.score for r in results[i * g:(i + 1) * g]] for i in range(len(items))]
+    correct = [[bool(r.parts.get("correct")) for r in results[i * g:(i + 1) * g]] for i in range(len(items))]
+
+    def figures(rows: list[int]) -> dict:
+        f = group_figures([rewards[i] for i in rows], [correct[i] for i in rows], k=g)
+        return {"pass_at_1": f["accuracy"], f"pass_at_{g}": f["pass_at_k"], **f}
+
+    by_hop: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        by_hop.setdefault(int(item["num_hops"]), []).append(i)
+    out = figures(list(range(len(items))))
+    open_, sentence = gate_passes(out)
+    return {**out, "open": open_, "decision": sentence, "claims": len(items), "group_size": g,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "per_hop": {f"{h}hop": figures(rows) for h, rows in sorted(by_hop.items())}}
+
+
+# what a stage with ``gate_claims: 0`` writes (DVC declares the file)
+NO_GATE = {"claims": 0, "open": None, "decision": "not measured (train.reasoning.gate_claims: 0)"}
+
+
+def gate_sentence(gate: dict) -> str:
+    """One line of a gate file for a log: pass@1, pass@G and the all-equal share on how many claims."""
+    if not gate.get("claims"):
+        return gate["decision"]
+    g = gate["group_size"]
+    return (f"the round's starting pair on {gate['claims']} training claims x {g} rollouts: "
+            f"pass@1 {gate['pass_at_1']:.2f}, pass@{g} {gate[f'pass_at_{g}']:.2f}, "
+            f"all-equal groups {gate['uniform_group_rate']:.2f} ({gate['decision'].split(':')[0]})")
 
 
 def make_judge(params: SearchTrainParams):
@@ -50,9 +109,11 @@ def train_search(qa: pa.Table, init_model: str, retriever, params: SearchTrainPa
 
 def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever, params: ReasonTrainParams, *,
                  state_dir: Path, out_model: Path, curves_dir: Path, search_llm=None, model_tokenizer=None,
-                 on_step=None) -> RunResult:
+                 on_step=None, gate_path: Path | None = None) -> RunResult:
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
-    overrides how L_r is run (default: params ``search_backend``)."""
+    overrides how L_r is run (default: params ``search_backend``). With ``gate_path`` and
+    ``params.gate_claims``, the starting pair's gate figures (:func:`measure_gate`) are written there
+    first (kept: a resumed stage does not measure them again)."""
     import contextlib
 
     from factrl.llm.backends import open_llm
@@ -66,6 +127,10 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     with (open_llm(search_model, params.search_backend, precision=params.precision, device=device)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
+        if gate_path is not None and not gate_path.exists():
+            write_json(measure_gate(claims, init_model, tool, rollout_params, params, device) if params.gate_claims
+                       else NO_GATE, gate_path)
+            print(f"gate: {gate_sentence(json.loads(gate_path.read_text()))}", flush=True)
 
         def make_fns(policy):
             return (haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params),
@@ -127,6 +192,6 @@ def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: s
         claims, str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.id)),
         Retriever("index", mode=params.retrieval_mode), params,
         state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
-        curves_dir=Path("metrics") / "train" / f"reason_r{rnd.id}")
+        curves_dir=Path("metrics") / "train" / f"reason_r{rnd.id}", gate_path=gate_path(rnd.id))
     print(runs.summary_line(f"train_reason@{rnd.id}", result))
     return result

@@ -21,6 +21,12 @@ def _kl_estimators():
     return KL_ESTIMATORS
 
 
+def _planted_defects():
+    from factrl.rl.defects import PLANTED_DEFECTS
+
+    return {"", *PLANTED_DEFECTS}  # "" plants nothing
+
+
 def _loss_aggregations():
     from factrl.rl.losses import LOSS_AGGREGATIONS
 
@@ -146,6 +152,10 @@ class AgentTrainParams(GRPOParams):
         after a seeded shuffle; small profiles use it to bound the data a few steps can see.
     retrieval_mode: how the retriever searches ``index/`` (``bm25``, ``dense`` or ``hybrid``).
     top_k: passages per search (the paper's top-3).
+    planted_defect: a deliberate bug for the learning benchmark's ablations, a name of
+        ``factrl.rl.defects.PLANTED_DEFECTS`` (``flip_advantage``, ``shuffled_reward``,
+        ``mask_retrieved_tokens_off``); empty (the default) plants nothing. A run with one should
+        gain nothing over its start: the benchmark shows the pipeline's gain depends on what it guards.
     """
 
     max_turns: int = 4
@@ -154,6 +164,7 @@ class AgentTrainParams(GRPOParams):
     max_prompts: int = 0
     retrieval_mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
     top_k: int = 3
+    planted_defect: str = names_from(_planted_defects, "")
 
 
 @dataclass(frozen=True)

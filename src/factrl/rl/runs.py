@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from factrl.io import model_digest
+from factrl.rl.defects import plant
 from factrl.rl.params import AgentTrainParams, GRPOParams
 from factrl.rl.step_log import StepLog, write_history
 
@@ -148,7 +149,8 @@ def run_agent_training(
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
     policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
-    rollout_fn, reward_fn = make_fns(policy)
+    # a planted defect (the learning benchmark's ablations; none by default) wraps what the agent returns
+    rollout_fn, reward_fn = plant(cfg.planted_defect, *make_fns(policy), seed=cfg.seed)
     memory = {**trainer.memory(), "engine_copy": module_bytes(policy.engine_model) if policy.engine_model
               is not model else 0}
     hardware = hardware_record(gcfg.precision, device)
