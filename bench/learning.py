@@ -1,47 +1,37 @@
-"""Do HARIS's agents learn to verify claims on the embedded default? -> bench/results/learning.json.
+"""What does GRPO add over the warm start on the embedded default? -> bench/results/learning.json.
 
-Every run is the real pipeline, not a copy of it: a fresh clone of this commit (``git clone``), its
-params.yaml with ``--profile`` and the run's overrides merged in, ``dvc repro`` of the last round's
-``train_reason`` (prepare .. warmup .. every round), then stage ``evaluate``'s code twice:
+Every run is the real pipeline, not a copy of it: a clone of this commit (``git clone``), its
+params.yaml (the demo profile, or ``--profile``) with the run's overrides merged in, ``dvc repro`` of
+the round's ``train_reason`` (prepare .. warmup .. the GRPO round, its gate included), then stage
+``evaluate``'s code on:
 
-* on the pipeline's eval split (``evaluate.per_hop`` label-balanced claims per hop setting, 60 in the
-  demo) for HARIS at ``base`` / ``warm`` / ``last`` (the trained pair), RAG and the single agent,
-  all on the same 135M base model;
-* on the eval claims of an *unseen world* (another world seed: names and facts never trained on,
-  its own passages and index, built and searched as the pipeline's) for the trained pair only: the
-  agents should have learned a procedure, not a world.
+* the eval split (``evaluate.per_hop`` label-balanced claims per hop setting, 60 in the demo) for
+  HARIS at ``base`` / ``warm`` / ``last`` (the trained pair) and RAG, all on the same 135M base model;
+* the same claims in the held-out wording (``data/claims/heldout_wording.parquet``, a wording no
+  training claim uses) for the warm and trained pairs;
+* the eval claims of an *unseen world* (another world seed: names and facts never trained on, its own
+  passages and index) for the warm and trained pairs.
 
-Runs: one per ``--seeds`` of the main recipe (the demo profile, or ``--profile``, with
-``DEMO_RECIPE``'s one change for the demo; the seed replaces ``warmup.seed``, ``synthesize.seed``
-and both ``train.*.seed``; the world and the eval claims stay fixed), then one per ``--ablations``
-at the first seed, each changing one thing:
+Runs: one per ``--seeds`` (the seed replaces ``warmup.seed``, ``synthesize.seed`` and both
+``train.*.seed``; the world and the eval claims stay fixed), then one per ``--ablations`` at the first
+seed, each from a copy of that seed's finished workspace, so only the GRPO round reruns:
 
-* ``no_warm_start``: ``warmup.enabled: false`` (the agents start from the base model);
-* ``llm_teacher``: ``synthesize.teacher.backend: local`` (SmolLM2 answers the pseudo-labels, instead
-  of the world teacher reading the claim's chain);
-* ``no_dynamic_sampling`` / ``dynamic_sampling``: the other value of ``train.*.dynamic_sampling``.
+* ``flip_advantage`` / ``shuffled_reward`` / ``mask_retrieved_tokens_off``: ``train.reasoning.
+  planted_defect`` (``factrl.rl.defects``): a sound pipeline's gain must vanish under the first two;
+* ``no_rl``: no GRPO step for either agent (the round passes the warm pair on): the control, 0 by
+  construction when evaluation is deterministic.
 
-Keys: ``accuracy[system][hop] = {mean, spread, ci95, per_seed}`` (spread: max - min over seeds; ci95:
-the bootstrap interval of the accuracy over every seed's claims pooled); ``questions_per_claim[hop]``
-of ``haris_trained``; ``uniform_group_rate = {dynamic_sampling, plain}`` (mean over the reasoning
-agent's GRPO steps of the share of groups whose rewards are all equal, from the runs with and
-without dynamic sampling); ``ablations[name][hop]`` (trained HARIS accuracy); ``unseen_world[hop]``;
-``goals`` (the issue's bars, each true or false); ``commit`` and the ``measured`` record.
+The gain of a run is trained minus warm over the same claims (``metrics/predictions.parquet``), a
+paired bootstrap; an ablation's is its trained pair against the first seed's warm pair.
 
-What depends on the seed is evaluated per run, the rest once: HARIS base, RAG and the single agent
-run the base model with ``evaluate.seed`` on a world every seed shares, so the first seed's run
-evaluates them and the other runs reuse its cells (their spread is 0 by construction; listed in
-``seed_independent``). An ablation evaluates only its trained pair, the one row ``ablations`` reports.
+Each finished run is kept as ``bench/results/learning_runs/<name>.json`` (commit it as it lands):
+a rerun at the same commit skips the runs whose record exists, and ``learning.json`` is assembled
+from whatever records there are (``complete`` says whether every asked run is in). Workspaces live
+under ``--work`` (kept; a killed run resumes there through DVC). About 35-45 min per seed on 2 AVX2
+cores (fp32), 10-15 per ablation; ``--smoke`` checks the script in minutes with the tiny profile.
 
-The first seed's run is a ``git clone``; every later run starts from a copy of its finished
-workspace that shares its DVC cache (copy_run), so ``dvc repro`` reruns only the stages the run's
-params change: a seed reruns warmup and what follows it, ``no_dynamic_sampling`` only the GRPO
-round. A run whose clone already holds finished stages is resumed by DVC (``--work`` keeps the
-clones; a killed run reruns only what had not finished). About 35 min per seed on 2 cores with
-native bf16 and the demo profile; ``--smoke`` checks the script in minutes with the tiny profile.
-
-Usage: python -m bench.learning [--seeds 0 1 2] [--ablations no_warm_start llm_teacher no_dynamic_sampling]
-                                [--profile NAME] [--work DIR] [--smoke]
+Usage: python -m bench.learning [--seeds 0 1 2] [--ablations flip_advantage shuffled_reward
+                                     mask_retrieved_tokens_off no_rl] [--profile NAME] [--work DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -55,31 +45,29 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from bench._measured import Measurement, git_state
+from factrl.config import read_params
+from factrl.data.params import WorldParams
+from factrl.eval.metrics import bootstrap_mean_ci, paired_bootstrap_diff
+from factrl.io import write_json
+from factrl.profiles import merge, read_profile, write_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench._measured import Measurement, git_state  # noqa: E402
-from factrl.config import read_params  # noqa: E402
-from factrl.data.params import WorldParams  # noqa: E402
-from factrl.eval.metrics import bootstrap_mean_ci  # noqa: E402
-from factrl.profiles import merge, read_profile, write_params  # noqa: E402
-from factrl.rl.curves import read_curve  # noqa: E402
-
 RESULTS = ROOT / "bench" / "results" / "learning.json"
+RUNS = ROOT / "bench" / "results" / "learning_runs"
 HOPS = ("2hop", "3hop", "4hop")
 SYSTEMS = {"haris_base": "HARIS (base)", "haris_warm": "HARIS (warm)", "haris_trained": "HARIS (trained)",
-           "rag": "RAG", "single_agent": "Single agent"}
+           "rag": "RAG"}
+CHECKPOINTS = {"haris_base": "base", "haris_warm": "warm", "haris_trained": "last"}
+SEED_INDEPENDENT = ("haris_base", "rag")  # the base model only: evaluated on the first seed's run
 UNSEEN_WORLD_SEED = 101  # prepare.world.seed is 13 in the demo: a world none of the agents has seen
-# the issue's bars for trained HARIS: accuracy per hop, and points above RAG on 3- and 4-hop
-GOALS = {"2hop": 0.85, "3hop": 0.75, "4hop": 0.65}
-ABOVE_RAG = 0.15
-
-
-# What the bench adds to the demo profile: its GRPO step draws prompts again (the config's default
-# of 4 draws) where the demo's, to keep `make demo` in its budget, does not, so that
-# uniform_group_rate compares dynamic sampling that can draw with plain GRPO.
-DEMO_RECIPE = {"train": {"reasoning": {"max_sampling_draws": 4}}}
+ABLATIONS = ("flip_advantage", "shuffled_reward", "mask_retrieved_tokens_off", "no_rl")
+# what the bench adds to the profile: the gate on 32 training claims (the demo measures 16)
+BENCH_RECIPE = {"train": {"reasoning": {"gate_claims": 32}}}
 
 
 def seed_overrides(seed: int) -> dict:
@@ -88,15 +76,11 @@ def seed_overrides(seed: int) -> dict:
 
 
 def ablation_overrides(name: str) -> dict:
-    if name == "no_warm_start":
-        return {"warmup": {"enabled": False}}
-    if name == "llm_teacher":
-        return {"synthesize": {"teacher": {"backend": "local"}}}
-    if name in ("no_dynamic_sampling", "dynamic_sampling"):
-        on = name == "dynamic_sampling"
-        return {"train": {"search": {"dynamic_sampling": on}, "reasoning": {"dynamic_sampling": on}}}
-    raise SystemExit(f"unknown ablation {name!r}: "
-                     "no_warm_start | llm_teacher | no_dynamic_sampling | dynamic_sampling")
+    if name == "no_rl":
+        return {"train": {"search": {"steps": 0}, "reasoning": {"steps": 0}}}
+    if name in ABLATIONS:
+        return {"train": {"reasoning": {"planted_defect": name}}}
+    raise SystemExit(f"unknown ablation {name!r}: {' | '.join(ABLATIONS)}")
 
 
 def run(cmd: list[str], cwd: Path, log: Path) -> None:
@@ -108,21 +92,15 @@ def run(cmd: list[str], cwd: Path, log: Path) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed in {cwd} (exit {done.returncode}); see {log}")
 
 
-# What a run's copy of a finished run leaves behind: that run's evaluation (evaluate() skips a
-# system whose metrics file exists) and the DVC cache, which the copy shares instead.
+# What a copy of a finished run leaves behind: its evaluations and the DVC cache, which the copy shares.
 NOT_COPIED = (".dvc/cache", ".dvc/tmp", "metrics/learning_*", "metrics/eval.json", "metrics/predictions.parquet",
               "params_*.yaml")
 
 
 def copy_run(finished: Path, repo: Path) -> None:
-    """``repo`` as a copy of the workspace of ``finished`` (a run of the same commit whose ``dvc
-    repro`` completed), sharing its DVC cache: ``dvc repro`` in the copy then reruns only the stages
-    the copy's params change (a seed: warmup on; an ablation of synthesize: synthesize on), the
-    pipeline's own incremental rebuild, instead of indexing and warm-starting again. Persisted
-    training checkpoints come along harmlessly: a stage resumes them only when their fingerprint
-    (params, initial weights, data) is its own, and starts over otherwise.
-
-    Written to ``repo``'s sibling ``.partial`` first, so a killed copy is never taken for a run."""
+    """``repo`` as a copy of the workspace of ``finished`` (a finished run of the same commit),
+    sharing its DVC cache: ``dvc repro`` in the copy reruns only the stages its params change.
+    Written to a ``.partial`` sibling first, so a killed copy is never taken for a run."""
     def ignore(folder: str, names: list[str]) -> set[str]:
         rel = Path(folder).relative_to(finished)
         return {n for n in names if any(fnmatch.fnmatch((rel / n).as_posix(), pat) for pat in NOT_COPIED)}
@@ -136,11 +114,7 @@ def copy_run(finished: Path, repo: Path) -> None:
 
 
 def clone(work: Path, name: str, params: dict, start_from: Path | None = None) -> Path:
-    """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (kept when it exists: resume).
-
-    ``start_from``: a finished run of this commit whose workspace the new run starts from (copy_run);
-    None: a fresh ``git clone``.
-    """
+    """A clone of HEAD in ``work/name`` with ``params`` as its params.yaml (a kept one resumes)."""
     repo = work / name
     if not (repo / ".git").exists():
         if start_from is not None:
@@ -158,14 +132,15 @@ def clone(work: Path, name: str, params: dict, start_from: Path | None = None) -
     return repo
 
 
-def side_world(work: Path, params: dict, name: str, world: WorldParams) -> tuple[Path, Path]:
-    """Claims of another world (``world``) and its index in ``work/name``: built by stage ``index``'s
-    code with the pipeline's ``index`` params, so it is searched exactly as the training world's
-    ``index/`` is (``evaluate.retrieval_mode``, hybrid in the demo). Kept and reused when present."""
+def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
+    """Claims and index of a world generated with another seed (the same size, hops and difficulty),
+    built by stage ``index``'s code with the pipeline's ``index`` params; kept and reused."""
+    from factrl.config import from_dict
     from factrl.data.world import write_world
     from stages import index as index_stage
 
-    out = work / name
+    world = from_dict(WorldParams, {**params["prepare"]["world"], "seed": UNSEEN_WORLD_SEED}, "prepare.world")
+    out = work / f"unseen_world_s{UNSEEN_WORLD_SEED}"
     claims, passages, index_dir = out / "claims.parquet", out / "passages.parquet", out / "index"
     if not claims.exists():
         out.mkdir(parents=True, exist_ok=True)
@@ -176,180 +151,223 @@ def side_world(work: Path, params: dict, name: str, world: WorldParams) -> tuple
     return claims, index_dir
 
 
-def unseen_world(work: Path, params: dict) -> tuple[Path, Path]:
-    """Claims of a world generated with another seed (the same size and hops), and its index
-    (:func:`side_world`)."""
-    world = params["prepare"]["world"]
-    return side_world(work, params, f"unseen_world_s{UNSEEN_WORLD_SEED}",
-                      WorldParams(seed=UNSEEN_WORLD_SEED, num_passages=world["num_passages"],
-                                  num_claims=world["num_claims"], hops=tuple(world["hops"])))
+def evaluate(repo: Path, params: dict, name: str, section: dict, log: Path) -> dict:
+    """Stage evaluate's code on ``section`` (over params' own, calibration off) in ``repo``:
+    ``{"metrics": eval.json, "right": dataset -> system -> claim id -> [correct, hops]}``; kept under
+    ``metrics/learning_<name>.json`` so a rerun does not redo it."""
+    import pyarrow.parquet as pq
 
-
-def evaluate_into(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path,
-                  output: str = "eval.json") -> Path:
-    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``, its ``output``
-    (a file under metrics/) kept as ``metrics/learning_<name>.<suffix>``; a kept one is not redone."""
+    out = repo / "metrics" / f"learning_{name}.json"
+    if out.exists():
+        return json.loads(out.read_text())
     path = repo / f"params_{name}.yaml"
-    write_params({**params, "evaluate": {**params["evaluate"], **evaluate_section}}, path)
-    out = repo / "metrics" / f"learning_{name}{Path(output).suffix}"
-    if not out.exists():
-        run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)
-        (repo / "metrics" / output).replace(out)
-    return out
+    write_params({**params, "evaluate": {**params["evaluate"], "calibration": {"method": "none"},
+                                         "trace_claims": 0, **section}}, path)
+    run([sys.executable, "-c", f"from stages.evaluate import main; main({path.name!r})"], repo, log)
+    right: dict = {}
+    for p in pq.read_table(repo / "metrics" / "predictions.parquet").to_pylist():
+        right.setdefault(p["dataset"], {}).setdefault(p["system"], {})[p["claim_id"]] = [
+            float(p["verdict"] == p["label"]), p["num_hops"]]
+    result = {"metrics": json.loads((repo / "metrics" / "eval.json").read_text()), "right": right}
+    write_json(result, out)
+    return result
 
 
-def evaluate(repo: Path, params: dict, name: str, evaluate_section: dict, log: Path) -> dict:
-    """Stage evaluate's code on ``evaluate_section`` (over params' own) in ``repo``; its metrics."""
-    return json.loads(evaluate_into(repo, params, name, evaluate_section, log).read_text())
+def checkpoint_rows(keys: list[str]) -> list[dict]:
+    return [{"name": SYSTEMS[k], "reason": CHECKPOINTS[k], "search": CHECKPOINTS[k]} for k in keys]
 
 
-SEED_INDEPENDENT = ("haris_base", "rag", "single_agent")  # the base model only: the same on every seed
-
-
-def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path, *,
-            shared: dict | None = None, ablation: bool = False, start_from: Path | None = None) -> dict:
-    """The pipeline, the eval split and the unseen world for one params set; per-system cells.
-
-    ``shared``: the eval cells of a run that already evaluated the seed-independent systems (then this
-    run evaluates only the warm and trained pairs and copies the rest); ``ablation``: evaluate only
-    the trained pair, on the eval split (no unseen world); ``start_from``: a finished run to copy
-    (clone).
-    """
+def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log: Path, *, first: bool,
+            ablation: bool = False, start_from: Path | None = None) -> dict:
+    """The pipeline and its evaluations for one params set -> the run's record (see the module doc)."""
+    t0 = time.perf_counter()
     repo = clone(work, name, params, start_from)
     last = max(int(k) for k in params["rounds"])
     run(["dvc", "repro", f"train_reason@{last}"], repo, log)
-    base, warm, trained = ({"name": SYSTEMS[key], "reason": ckpt, "search": ckpt}
-                           for key, ckpt in (("haris_base", "base"), ("haris_warm", "warm"),
-                                             ("haris_trained", "last")))
+    sets = {"demo": "data/claims/eval.parquet", "heldout_wording": "data/claims/heldout_wording.parquet"}
     if ablation:
-        section = {"systems": ["haris"], "checkpoints": [trained]}
-    elif shared is not None:
-        section = {"systems": ["haris"], "checkpoints": [warm, trained]}
+        evals = [evaluate(repo, params, "eval", {"systems": ["haris"], "checkpoints": checkpoint_rows(
+            ["haris_trained"]), "sets": [{"name": "demo", "path": sets["demo"]}]}, log)]
     else:
-        section = {"systems": ["haris", "rag", "single_agent"], "checkpoints": [base, warm, trained]}
-    cells = evaluate(repo, params, "eval", section, log)["demo"]
-    if shared is not None and not ablation:
-        for hop, row in cells.items():
-            row.update({SYSTEMS[key]: shared[hop][SYSTEMS[key]] for key in SEED_INDEPENDENT})
-    out = {"eval": cells, "reason_metrics": [read_curve(p) for p in
-                                             sorted((repo / "metrics" / "train").glob("reason_r*.csv"))]}
-    if not ablation:
-        unseen_claims, unseen_index = unseen
-        out["unseen"] = evaluate(repo, params, "unseen", {
-            "systems": ["haris"], "checkpoints": [trained],
-            "sets": [{"name": "unseen", "path": str(unseen_claims), "index": str(unseen_index)}]},
-            log)["unseen"]
+        systems = ["haris", "rag"] if first else ["haris"]
+        keys = ["haris_base", "haris_warm", "haris_trained"] if first else ["haris_warm", "haris_trained"]
+        evals = [evaluate(repo, params, "eval", {"systems": systems, "checkpoints": checkpoint_rows(keys),
+                                                 "sets": [{"name": "demo", "path": sets["demo"]}]}, log)]
+        if (repo / sets["heldout_wording"]).exists():
+            evals.append(evaluate(repo, params, "heldout", {"systems": ["haris"], "checkpoints": checkpoint_rows(
+                ["haris_warm", "haris_trained"]), "sets": [{"name": "heldout_wording", "path": sets["heldout_wording"]}]},
+                log))
+        claims, index = unseen
+        evals.append(evaluate(repo, params, "unseen", {"systems": ["haris"], "checkpoints": checkpoint_rows(
+            ["haris_warm", "haris_trained"]), "sets": [{"name": "unseen", "path": str(claims), "index": str(index)}]},
+            log))
+    gate_file = repo / "metrics" / "gate" / f"reason_r{last}.json"
+    curves = repo / "metrics" / "train" / f"reason_r{last}" / "plots" / "metrics"
+    return {"name": name, "right": {ds: by for e in evals for ds, by in e["right"].items()},
+            "cells": {ds: hops for e in evals for ds, hops in e["metrics"].items()},
+            "gate": json.loads(gate_file.read_text()) if gate_file.exists() else None,
+            "uniform_group_rate_per_step": _curve(curves / "uniform_group_rate.tsv"),
+            "reward_per_step": _curve(curves / "reward_mean.tsv"),
+            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(ROOT)["commit"]}
+
+
+def _curve(tsv: Path) -> list[float]:
+    """One DVCLive curve (``step\\tvalue`` rows) as its values; [] when the run logged none."""
+    if not tsv.exists():
+        return []
+    rows = [line.split("\t") for line in tsv.read_text().splitlines()[1:] if line.strip()]
+    return [float(r[-1]) for r in rows]
+
+
+# ---- assembling learning.json from the run records ------------------------------------------------
+
+def _right(runs: list[dict], dataset: str, system: str, hop: str) -> list[list[float]]:
+    """Per run, the 0/1 correctness of ``system`` on ``dataset``'s claims of ``hop`` (``pooled``: all),
+    in claim-id order."""
+    out = []
+    for r in runs:
+        by_claim = r["right"].get(dataset, {}).get(system, {})
+        out.append([c for cid, (c, h) in sorted(by_claim.items()) if hop == "pooled" or f"{h}hop" == hop])
     return out
 
 
-def accuracy_cell(cells: list[dict], *, seed_independent: bool = False) -> dict:
-    """{mean, spread, ci95, per_seed} of accuracy over runs' cells of one system and hop.
-
-    ``seed_independent``: the cells are copies of one evaluation (SEED_INDEPENDENT), so the interval
-    is that evaluation's alone; pooling the copies would count each claim once per seed.
-    """
-    accs = [c["accuracy"] for c in cells]
-    correct: list[float] = []
-    for c in cells[:1] if seed_independent else cells:  # n binary outcomes: the count right is enough
-        k = round(c["accuracy"] * c["n"])
-        correct += [1.0] * k + [0.0] * (int(c["n"]) - k)
-    low, high = bootstrap_mean_ci(correct, n_boot=2000, seed=0)
+def accuracy_cell(per_run: list[list[float]]) -> dict:
+    """{mean, spread, ci95, per_seed, n_per_seed} of accuracy over runs (ci95: bootstrap over every
+    run's claims pooled; a seed-independent system is passed one run)."""
+    accs = [sum(x) / len(x) for x in per_run]
+    low, high = bootstrap_mean_ci([c for x in per_run for c in x], n_boot=2000, seed=0)
     return {"mean": sum(accs) / len(accs), "spread": max(accs) - min(accs), "ci95": [low, high],
-            "per_seed": accs, "n_per_seed": [int(c["n"]) for c in cells]}
+            "per_seed": accs, "n_per_seed": [len(x) for x in per_run]}
 
 
-def uniform_rate(runs: list[dict]) -> float | None:
-    rates = [row["uniform_group_rate"] for r in runs for rows in r["reason_metrics"] for row in rows
-             if "uniform_group_rate" in row]
-    return sum(rates) / len(rates) if rates else None
+def paired_gain(runs_a: list[dict], runs_b: list[dict], dataset: str, a: str, b: str) -> dict:
+    """``a`` (in each of ``runs_a``) minus ``b`` (in the matching run of ``runs_b``) over the same claims
+    of ``dataset``, pooled over hops: {mean, ci95 (paired bootstrap over every run's claims), per_seed, n}."""
+    xs, ys, per_seed = [], [], []
+    for ra, rb in zip(runs_a, runs_b):
+        ca, cb = ra["right"].get(dataset, {}).get(a, {}), rb["right"].get(dataset, {}).get(b, {})
+        ids = sorted(set(ca) & set(cb))
+        if not ids:
+            continue
+        x, y = [ca[i][0] for i in ids], [cb[i][0] for i in ids]
+        per_seed.append(sum(x) / len(x) - sum(y) / len(y))
+        xs += x
+        ys += y
+    if not xs:
+        return {}
+    d = paired_bootstrap_diff(xs, ys, n_boot=2000, seed=0)
+    return {"mean": d["mean"], "ci95": d["ci95"], "per_seed": per_seed, "n": d["n"]}
 
 
-def report(main_runs: list[dict], ablation_runs: dict[str, dict], dynamic_on: bool) -> dict:
-    accuracy = {key: {hop: accuracy_cell([r["eval"][hop][label] for r in main_runs],
-                                         seed_independent=key in SEED_INDEPENDENT) for hop in HOPS
-                      if all(label in r["eval"].get(hop, {}) for r in main_runs)}
-                for key, label in SYSTEMS.items()}
-    trained = SYSTEMS["haris_trained"]
-    questions = {hop: sum(r["eval"][hop][trained]["avg_questions"] for r in main_runs) / len(main_runs)
-                 for hop in HOPS if hop in main_runs[0]["eval"]}
-    unseen = {hop: accuracy_cell([r["unseen"][hop][trained] for r in main_runs]) for hop in HOPS
-              if hop in main_runs[0]["unseen"]}
-    ablations = {name: {hop: r["eval"][hop][trained]["accuracy"] for hop in HOPS if hop in r["eval"]}
+def report(main_runs: list[dict], ablation_runs: dict[str, dict]) -> dict:
+    first = main_runs[:1]
+    warm, trained = SYSTEMS["haris_warm"], SYSTEMS["haris_trained"]
+    accuracy = {key: {hop: accuracy_cell(_right(first if key in SEED_INDEPENDENT else main_runs, "demo", label, hop))
+                      for hop in (*HOPS, "pooled")}
+                for key, label in SYSTEMS.items() if all(_right(first, "demo", label, "pooled"))}
+    heldout = {key: {hop: accuracy_cell(_right(main_runs, "heldout_wording", SYSTEMS[key], hop))
+                     for hop in (*HOPS, "pooled")}
+               for key in ("haris_warm", "haris_trained") if all(_right(main_runs, "heldout_wording", SYSTEMS[key], "pooled"))}
+    gates = [r["gate"] for r in main_runs if r.get("gate") and r["gate"].get("claims")]
+    gate = {k: sum(g[k] for g in gates) / len(gates) for k in ("pass_at_1", "pass_at_8", "uniform_group_rate")
+            if all(k in g for g in gates)} if gates else {}
+    gain = paired_gain(main_runs, main_runs, "demo", trained, warm)
+    ablations = {name: {"gain": paired_gain([r], first, "demo", trained, warm).get("mean"),
+                        **{k: v for k, v in paired_gain([r], first, "demo", trained, warm).items() if k != "mean"}}
                  for name, r in ablation_runs.items()}
-    other = next((r for n, r in ablation_runs.items() if "dynamic_sampling" in n), None)
-    rates = {("dynamic_sampling" if dynamic_on else "plain"): uniform_rate(main_runs)}
-    if other is not None:
-        rates["plain" if dynamic_on else "dynamic_sampling"] = uniform_rate([other])
-    trained_acc, rag = accuracy.get("haris_trained", {}), accuracy.get("rag", {})
-    goals = {f"trained_{hop}>={bar}": trained_acc.get(hop, {}).get("mean", 0) >= bar
-             for hop, bar in GOALS.items()}
-    for hop in ("3hop", "4hop"):
-        if hop in trained_acc and hop in rag:
-            goals[f"above_rag_{hop}_by_{ABOVE_RAG}_disjoint_ci"] = (
-                trained_acc[hop]["mean"] - rag[hop]["mean"] >= ABOVE_RAG
-                and trained_acc[hop]["ci95"][0] > rag[hop]["ci95"][1])
-    warm = accuracy.get("haris_warm", {})
-    for hop in trained_acc:
-        if hop in warm:
-            spread = max(trained_acc[hop]["spread"], warm[hop]["spread"])
-            goals[f"rounds_beyond_spread_{hop}"] = trained_acc[hop]["mean"] - warm[hop]["mean"] > spread
-    for hop, n in questions.items():
-        goals[f"asks_hops_minus_1_{hop}"] = n >= int(hop[0]) - 1
-    for hop, cell in unseen.items():
-        if hop in trained_acc:
-            goals[f"unseen_within_5pt_{hop}"] = abs(cell["mean"] - trained_acc[hop]["mean"]) <= 0.05
-    return {"accuracy": accuracy, "questions_per_claim": questions, "uniform_group_rate": rates,
-            "ablations": ablations, "unseen_world": {hop: c["mean"] for hop, c in unseen.items()},
-            "unseen_world_detail": unseen, "goals": goals}
+    questions = {hop: sum(r["cells"]["demo"][hop][trained]["avg_questions"] for r in main_runs) / len(main_runs)
+                 for hop in HOPS if hop in main_runs[0]["cells"].get("demo", {})}
+    out = {"accuracy": accuracy, "gain": gain, "gate": gate, "heldout_wording": heldout,
+           "unseen_world_gain": paired_gain(main_runs, main_runs, "unseen", trained, warm).get("mean"),
+           "unseen_world_gain_detail": paired_gain(main_runs, main_runs, "unseen", trained, warm),
+           "ablations": ablations, "questions_per_claim": questions,
+           "minutes_per_seed": [r["minutes"] for r in main_runs],
+           "uniform_group_rate_per_step": {r["name"]: r["uniform_group_rate_per_step"] for r in main_runs},
+           "reward_per_step": {r["name"]: r["reward_per_step"] for r in main_runs}}
+    out["goals"] = goals(out)
+    return out
+
+
+def goals(r: dict) -> dict:
+    """The issue's bars, each true or false (None where a figure is missing)."""
+    acc, gain = r["accuracy"], r["gain"]
+    trained, rag = acc.get("haris_trained", {}).get("pooled"), acc.get("rag", {}).get("pooled")
+    hw = r["heldout_wording"]
+    g = {
+        "gain>=0.05_ci_above_0_every_seed": (gain["mean"] >= 0.05 and gain["ci95"][0] > 0
+                                              and all(x > 0 for x in gain["per_seed"])) if gain else None,
+        "trained>=rag+0.15": trained["mean"] >= rag["mean"] + 0.15 if trained and rag else None,
+        "unseen_world_gain>0": r["unseen_world_gain"] > 0 if r["unseen_world_gain"] is not None else None,
+        "heldout_trained>=warm": (hw["haris_trained"]["pooled"]["mean"] >= hw["haris_warm"]["pooled"]["mean"]
+                                  if "haris_trained" in hw and "haris_warm" in hw else None),
+        "uniform_group_rate<=0.5": r["gate"]["uniform_group_rate"] <= 0.5 if r["gate"] else None,
+        "aim_gain>=0.10": gain["mean"] >= 0.10 if gain else None,
+        "aim_trained>=rag+0.25": trained["mean"] >= rag["mean"] + 0.25 if trained and rag else None,
+        "aim_unseen_world_gain>=0.05": r["unseen_world_gain"] >= 0.05 if r["unseen_world_gain"] is not None else None,
+    }
+    for name in ("flip_advantage", "shuffled_reward"):
+        if name in r["ablations"] and r["ablations"][name].get("gain") is not None:
+            g[f"{name}_gain<=0.02"] = r["ablations"][name]["gain"] <= 0.02
+    return g
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--ablations", nargs="*", default=["no_warm_start", "llm_teacher", "no_dynamic_sampling"])
+    ap.add_argument("--ablations", nargs="*", default=list(ABLATIONS))
     ap.add_argument("--profile", default="", help="a profiles/ name merged over params.yaml (default: the demo)")
-    ap.add_argument("--work", type=Path, default=None,
-                    help="where the clones live (kept; default: a temp dir)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="tiny profile, one seed, no ablations, a temp output")
+    ap.add_argument("--work", type=Path, default=None, help="where the clones live (kept; default: a temp dir)")
+    ap.add_argument("--smoke", action="store_true", help="tiny profile, one seed, no ablations, a temp output")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--runs", type=Path, default=RUNS, help="where each finished run's record is kept")
+    ap.add_argument("--assemble", action="store_true",
+                    help="write learning.json from the run records there are (no run); complete: false "
+                         "when some are missing")
     args = ap.parse_args()
     if args.smoke:
         args.profile, args.seeds, args.ablations = "tiny", args.seeds[:1], []
         if args.out == RESULTS:
-            args.out = Path(tempfile.mkdtemp(prefix="learning-smoke-")) / "learning.json"
-    base = read_params(ROOT / "params.yaml")
+            tmp = Path(tempfile.mkdtemp(prefix="learning-smoke-"))
+            args.out, args.runs = tmp / "learning.json", tmp / "runs"
+    base = merge(read_params(ROOT / "params.yaml"), BENCH_RECIPE)
     if args.profile:
         base = merge(base, dict(read_profile(args.profile, ROOT / "profiles")))
-    elif not args.smoke:
-        base = merge(base, DEMO_RECIPE)
-    dynamic_on = bool(base["train"]["reasoning"].get("dynamic_sampling", False))
-    # the ablation is the other value of dynamic_sampling, whichever the recipe uses
-    ablations = [("dynamic_sampling" if a == "no_dynamic_sampling" and not dynamic_on else a)
-                 for a in args.ablations]
     measured = Measurement(base["train"]["reasoning"].get("precision", "auto"))
     work = args.work or Path(tempfile.mkdtemp(prefix="factrl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
+    args.runs.mkdir(parents=True, exist_ok=True)
     log = work / "bench.log"
-    unseen = unseen_world(work, base)
-    main_runs: list[dict] = []
+    unseen = (Path(), Path()) if args.assemble else unseen_world(work, base)
     first = work / f"seed{args.seeds[0]}"  # every later run starts from its workspace (copy_run)
-    for seed in args.seeds:
-        print(f"bench/learning: seed {seed} ({work})", flush=True)
-        main_runs.append(one_run(work, f"seed{seed}", merge(copy.deepcopy(base), seed_overrides(seed)),
-                                 unseen, log, shared=main_runs[0]["eval"] if main_runs else None,
-                                 start_from=first if main_runs else None))
-    ablation_runs = {}
-    for name in ablations:
-        print(f"bench/learning: ablation {name}", flush=True)
-        params = merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])), ablation_overrides(name))
-        ablation_runs[name] = one_run(work, name, params, unseen, log, ablation=True, start_from=first)
-    result = report(main_runs, ablation_runs, dynamic_on)
-    result |= {"commit": measured.git["commit"], "seeds": args.seeds, "profile": args.profile or "demo",
-               "per_hop": base["evaluate"].get("per_hop"),
-               "unseen_world_seed": UNSEEN_WORLD_SEED, "seed_independent": list(SEED_INDEPENDENT)}
+
+    def record(name: str, **kw) -> dict | None:
+        path = args.runs / f"{name}.json"
+        if path.exists() and (args.assemble or json.loads(path.read_text()).get("commit") == measured.git["commit"]):
+            return json.loads(path.read_text())  # done at this commit (or assembling what there is): skipped
+        if args.assemble:
+            return None
+        print(f"bench/learning: {name} ({work})", flush=True)
+        rec = one_run(work, name, log=log, unseen=unseen, **kw)
+        write_json(rec, path)
+        return rec
+
+    main_runs = [record(f"seed{s}", params=merge(copy.deepcopy(base), seed_overrides(s)), first=i == 0,
+                        start_from=first if i else None) for i, s in enumerate(args.seeds)]
+    ablation_runs = {name: record(name, params=merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])),
+                                                     ablation_overrides(name)),
+                                  first=False, ablation=True, start_from=first) for name in args.ablations}
+    done = [r for r in main_runs if r is not None]
+    if not done:
+        raise SystemExit(f"no run records under {args.runs}")
+    result = report(done, {n: r for n, r in ablation_runs.items() if r is not None})
+    result |= {"commit": sorted({r["commit"] for r in done})[-1] if args.assemble else measured.git["commit"],
+               "commits": sorted({r["commit"] for r in [*done, *ablation_runs.values()] if r is not None}),
+               "seeds": [s for s, r in zip(args.seeds, main_runs) if r is not None], "profile": args.profile or "demo",
+               "per_hop": base["evaluate"].get("per_hop"), "unseen_world_seed": UNSEEN_WORLD_SEED,
+               "seed_independent": list(SEED_INDEPENDENT),
+               "complete": len(done) == len(main_runs) and None not in ablation_runs.values()}
     measured.write(result, args.out)
-    print(json.dumps({k: result[k] for k in ("questions_per_claim", "unseen_world", "goals")}, indent=1))
+    print(json.dumps({k: result[k] for k in ("gain", "gate", "unseen_world_gain", "goals")}, indent=1))
     print(f"-> {args.out}")
 
 

@@ -12,52 +12,69 @@ from bench import learning
 from factrl.testing.pipeline_repo import git
 
 
-def _cells(acc: dict[str, float], n: int = 60, questions: float = 2.0) -> dict:
-    return {hop: {label: {"accuracy": acc[key], "n": n, "avg_questions": questions}
-                  for key, label in learning.SYSTEMS.items()} for hop in learning.HOPS}
+def _record(name: str, right: dict, gate: float = 0.3) -> dict:
+    """A run record with per-claim correctness: ``right[dataset][system key] = [0/1 per claim]``,
+    claims c0.. of 2, 3, 4 hops in turn."""
+    return {"name": name, "minutes": 30.0, "gate": {"claims": 32, "pass_at_1": 0.6, "pass_at_8": 0.9,
+                                                    "uniform_group_rate": gate},
+            "uniform_group_rate_per_step": [gate], "reward_per_step": [0.5],
+            "cells": {"demo": {hop: {learning.SYSTEMS["haris_trained"]: {"avg_questions": 2.0}}
+                               for hop in learning.HOPS}},
+            "right": {ds: {learning.SYSTEMS[k]: {f"c{i:03d}": [float(c), 2 + i % 3] for i, c in enumerate(v)}
+                           for k, v in by.items()} for ds, by in right.items()}}
 
 
-def _run(trained: float, rag: float = 0.5, warm: float = 0.6, uniform: float = 0.5) -> dict:
-    acc = {"haris_base": 0.45, "haris_warm": warm, "haris_trained": trained, "rag": rag, "single_agent": 0.5}
-    return {"eval": _cells(acc), "unseen": {hop: {learning.SYSTEMS["haris_trained"]: {"accuracy": trained - 0.02,
-                                                                                     "n": 60}}
-                                          for hop in learning.HOPS},
-            "reason_metrics": [[{"step": 1.0, "uniform_group_rate": uniform}]]}
+def _claims(n_right: int, n: int = 60) -> list[int]:
+    return [1] * n_right + [0] * (n - n_right)
 
 
-def test_report_has_the_issues_keys_and_pools_seeds():
-    runs = [_run(0.9), _run(0.88), _run(0.92)]
-    out = learning.report(runs, {"no_dynamic_sampling": _run(0.7, uniform=0.9)}, dynamic_on=True)
-    assert set(out["accuracy"]) == {"haris_base", "haris_warm", "haris_trained", "rag", "single_agent"}
-    cell = out["accuracy"]["haris_trained"]["2hop"]
+def _seed(name: str, warm: int, trained: int) -> dict:
+    demo = {"haris_base": _claims(27), "haris_warm": _claims(warm), "haris_trained": _claims(trained),
+            "rag": _claims(30)}
+    return _record(name, {"demo": demo, "heldout_wording": {"haris_warm": _claims(warm - 5),
+                                                            "haris_trained": _claims(trained - 5)},
+                          "unseen": {"haris_warm": _claims(warm), "haris_trained": _claims(trained - 2)}})
+
+
+def test_report_has_the_issues_keys_pairs_the_gain_and_pools_seeds():
+    runs = [_seed("seed0", 36, 45), _seed("seed1", 38, 46), _seed("seed2", 35, 44)]
+    ablations = {"flip_advantage": _record("flip_advantage", {"demo": {"haris_trained": _claims(30)}}),
+                 "no_rl": _record("no_rl", {"demo": {"haris_trained": _claims(36)}})}
+    out = learning.report(runs, ablations)
+    assert set(out["accuracy"]) == {"haris_base", "haris_warm", "haris_trained", "rag"}
+    assert set(out["accuracy"]["haris_trained"]) == {"2hop", "3hop", "4hop", "pooled"}
+    cell = out["accuracy"]["haris_trained"]["pooled"]
     assert {"mean", "spread", "ci95"} <= set(cell)
-    assert cell["mean"] == pytest.approx(0.9) and cell["spread"] == pytest.approx(0.04)
-    # 180 pooled claims: the interval is narrower than one seed's 60 would give, and holds the mean
-    low, high = cell["ci95"]
-    assert low < 0.9 < high and high - low < 0.11
-    # RAG's three cells are one evaluation reused: its interval is that of 60 claims, not 180
-    rag_low, rag_high = out["accuracy"]["rag"]["2hop"]["ci95"]
-    assert rag_high - rag_low > 0.2 and out["accuracy"]["rag"]["2hop"]["spread"] == 0
-    assert out["questions_per_claim"] == {hop: 2.0 for hop in learning.HOPS}
-    assert out["uniform_group_rate"] == {"dynamic_sampling": pytest.approx(0.5), "plain": pytest.approx(0.9)}
-    assert out["ablations"]["no_dynamic_sampling"]["3hop"] == pytest.approx(0.7)
-    assert out["unseen_world"]["4hop"] == pytest.approx(0.88)
+    assert cell["mean"] == pytest.approx(45 / 60) and cell["spread"] == pytest.approx(2 / 60)
+    # RAG is one evaluation reused: its interval is that of 60 claims, its spread 0
+    assert out["accuracy"]["rag"]["pooled"]["per_seed"] == [0.5]
+    gain = out["gain"]
+    assert gain["mean"] == pytest.approx((9 + 8 + 9) / 180)
+    assert gain["per_seed"] == pytest.approx([9 / 60, 8 / 60, 9 / 60])
+    assert 0 < gain["ci95"][0] < gain["mean"] < gain["ci95"][1]
+    assert out["gate"] == {"pass_at_1": 0.6, "pass_at_8": 0.9, "uniform_group_rate": pytest.approx(0.3)}
+    assert out["heldout_wording"]["haris_trained"]["pooled"]["mean"] == pytest.approx(40 / 60)
+    assert out["unseen_world_gain"] == pytest.approx((7 + 6 + 7) / 180)
+    # an ablation's gain is its trained pair against the first seed's warm pair
+    assert out["ablations"]["flip_advantage"]["gain"] == pytest.approx(-6 / 60)
+    assert out["ablations"]["no_rl"]["gain"] == 0
+    assert out["minutes_per_seed"] == [30.0] * 3
     goals = out["goals"]
-    assert goals["trained_2hop>=0.85"] and goals["above_rag_3hop_by_0.15_disjoint_ci"]
-    assert goals["unseen_within_5pt_2hop"] and goals["rounds_beyond_spread_2hop"]
-    assert not goals["asks_hops_minus_1_4hop"]  # 2 questions per claim cannot verify a 4-hop chain
+    assert goals["gain>=0.05_ci_above_0_every_seed"] and goals["flip_advantage_gain<=0.02"]
+    assert goals["aim_gain>=0.10"] is True and goals["trained>=rag+0.15"] is True
 
 
-def test_goals_fail_at_chance():
-    out = learning.report([_run(0.5), _run(0.52)], {}, dynamic_on=False)
-    assert not any(v for k, v in out["goals"].items() if k.startswith(("trained_", "above_rag", "rounds_")))
-    assert out["uniform_group_rate"] == {"plain": pytest.approx(0.5)}
+def test_goals_fail_without_a_gain():
+    out = learning.report([_seed("seed0", 40, 40), _seed("seed1", 40, 41)], {})
+    assert out["gain"]["mean"] == pytest.approx(1 / 120)
+    assert not out["goals"]["gain>=0.05_ci_above_0_every_seed"]
+    assert not out["goals"]["unseen_world_gain>0"]
 
 
-@pytest.mark.parametrize("name", ["no_warm_start", "llm_teacher", "no_dynamic_sampling", "dynamic_sampling"])
-def test_each_ablation_changes_one_section(name):
+@pytest.mark.parametrize("name", learning.ABLATIONS)
+def test_each_ablation_changes_the_round_only(name):
     over = learning.ablation_overrides(name)
-    assert len(over) == 1
+    assert list(over) == ["train"]
 
 
 def test_an_unknown_ablation_is_an_error():
@@ -116,29 +133,23 @@ def test_seed_independent_systems_are_evaluated_once_and_ablations_only_train(tm
 
     def fake_evaluate(repo, params, name, section, log):
         asked.append((name, section))
-        labels = [c["name"] for c in section["checkpoints"]]
-        labels += [learning.SYSTEMS[s] for s in section["systems"] if s != "haris"]
-        cells = {hop: {label: {"accuracy": 0.5, "n": 60, "avg_questions": 1.0} for label in labels}
-                 for hop in learning.HOPS}
-        return {"unseen" if name == "unseen" else "demo": cells}
+        return {"metrics": {}, "right": {}}
 
     monkeypatch.setattr(learning, "clone", lambda work, name, params, start_from=None: tmp_path)
     monkeypatch.setattr(learning, "run", lambda cmd, cwd, log: None)
     monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    (tmp_path / "data" / "claims").mkdir(parents=True)
+    (tmp_path / "data" / "claims" / "heldout_wording.parquet").write_text("")
     params, unseen = {"rounds": {"1": {}}}, (tmp_path / "c", tmp_path / "p")
-    first = learning.one_run(tmp_path, "seed0", params, unseen, tmp_path / "log")
+    learning.one_run(tmp_path, "seed0", params, unseen, tmp_path / "log", first=True)
     assert {c["reason"] for c in asked[0][1]["checkpoints"]} == {"base", "warm", "last"}
-    assert set(asked[0][1]["systems"]) == {"haris", "rag", "single_agent"}
-    first["eval"]["2hop"][learning.SYSTEMS["rag"]]["accuracy"] = 0.61  # marks the cell as seed 0's
+    assert set(asked[0][1]["systems"]) == {"haris", "rag"}
+    assert [name for name, _ in asked] == ["eval", "heldout", "unseen"]
     asked.clear()
-    second = learning.one_run(tmp_path, "seed1", params, unseen, tmp_path / "log", shared=first["eval"])
-    assert asked[0][1] == {"systems": ["haris"], "checkpoints": [
-        {"name": learning.SYSTEMS["haris_warm"], "reason": "warm", "search": "warm"},
-        {"name": learning.SYSTEMS["haris_trained"], "reason": "last", "search": "last"}]}
-    assert set(second["eval"]["2hop"]) == set(learning.SYSTEMS.values())  # every system, reused or run
-    assert second["eval"]["2hop"][learning.SYSTEMS["rag"]]["accuracy"] == 0.61
-    assert [name for name, _ in asked] == ["eval", "unseen"]
+    learning.one_run(tmp_path, "seed1", params, unseen, tmp_path / "log", first=False)
+    assert asked[0][1]["systems"] == ["haris"]
+    assert [c["reason"] for c in asked[0][1]["checkpoints"]] == ["warm", "last"]
     asked.clear()
-    ablation = learning.one_run(tmp_path, "no_warm_start", params, unseen, tmp_path / "log", ablation=True)
-    assert [name for name, _ in asked] == ["eval"] and "unseen" not in ablation
+    learning.one_run(tmp_path, "flip_advantage", params, unseen, tmp_path / "log", first=False, ablation=True)
+    assert [name for name, _ in asked] == ["eval"]
     assert [c["reason"] for c in asked[0][1]["checkpoints"]] == ["last"]
