@@ -43,3 +43,23 @@ def test_bad_groups_are_refused():
         group_figures([[1]], [])
     with pytest.raises(ValueError, match="as many rewards"):
         group_figures([[1, 0]], [[True]])
+
+
+def test_gate_sentence_and_train_summary_print_the_gate(tmp_path, capsys):
+    import json
+
+    from factrl.rl.curves import main as train_summary
+    from factrl.rl.gate import NO_GATE, gate_sentence
+
+    rewards = [[1, 0.1, 1, 1], [0.1] * 4]
+    f = group_figures(rewards, [[r == 1 for r in g] for g in rewards])
+    gate = {"pass_at_1": f["accuracy"], "pass_at_4": f["pass_at_k"], **f, "decision": gate_passes(f)[1],
+            "claims": 2, "group_size": 4}
+    line = gate_sentence(gate)
+    assert line == ("the starting policy on 2 training prompts x 4 rollouts: pass@1 0.38, pass@4 0.50, "
+                    "all-equal groups 0.50 (open)")
+    assert gate_sentence(NO_GATE) == NO_GATE["decision"]
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "gate" / "reason_r1.json").write_text(json.dumps(gate))
+    train_summary([str(tmp_path / "train"), "--gates", str(tmp_path / "gate")])
+    assert f"gate reason_r1: {line}" in capsys.readouterr().out

@@ -22,7 +22,7 @@ from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
 from factrl.rl import runs
-from factrl.rl.gate import gate_passes, group_figures
+from factrl.rl.gate import NO_GATE, gate_passes, gate_sentence, group_figures
 from factrl.rl.runs import RunResult
 
 
@@ -67,20 +67,6 @@ def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params
     return {**out, "open": open_, "decision": sentence, "claims": len(items), "group_size": g,
             "seconds": round(time.perf_counter() - t0, 1),
             "per_hop": {f"{h}hop": figures(rows) for h, rows in sorted(by_hop.items())}}
-
-
-# what a stage with ``gate_claims: 0`` writes (DVC declares the file)
-NO_GATE = {"claims": 0, "open": None, "decision": "not measured (train.reasoning.gate_claims: 0)"}
-
-
-def gate_sentence(gate: dict) -> str:
-    """One line of a gate file for a log: pass@1, pass@G and the all-equal share on how many claims."""
-    if not gate.get("claims"):
-        return gate["decision"]
-    g = gate["group_size"]
-    return (f"the round's starting pair on {gate['claims']} training claims x {g} rollouts: "
-            f"pass@1 {gate['pass_at_1']:.2f}, pass@{g} {gate[f'pass_at_{g}']:.2f}, "
-            f"all-equal groups {gate['uniform_group_rate']:.2f} ({gate['decision'].split(':')[0]})")
 
 
 def make_judge(params: SearchTrainParams):

@@ -12,11 +12,13 @@ rollout and the share of groups whose rewards were all equal (no GRPO signal).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
+from factrl.rl.gate import gate_sentence
 from factrl.rl.step_log import curve_dirs, read_history
 from factrl.tables import markdown_table
 
@@ -74,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="factrl train-summary", description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="metrics/train", help="directory of runs' curve directories")
     parser.add_argument("--block", type=int, default=0, help="print means over blocks of this many steps")
+    parser.add_argument("--gates", default="metrics/gate",
+                        help="directory of the rounds' gate files (factrl.rl.gate), printed first when present")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    for gate in sorted(Path(args.gates).glob("*.json")):
+        print(f"gate {gate.stem}: {gate_sentence(json.loads(gate.read_text()))}")
     paths = curve_dirs(Path(args.root))
     if not paths:
         print(f"no training curves under {args.root}", file=sys.stderr)

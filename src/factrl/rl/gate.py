@@ -12,7 +12,8 @@ what some samples already do):
   Near 1, GRPO steps are empty; the learning runs of 2026-11-26 had 0.95-0.99.
 
 :func:`group_figures` computes them from per-rollout rewards and correctness grouped by prompt;
-``bench/world_difficulty.py`` measures them for the warm pair on a world's training claims.
+the HARIS round measures them for its starting pair before it trains (``train.reasoning.gate_claims``,
+``factrl.recipes.haris_train.measure_gate``), and ``factrl train-summary`` prints them (:func:`gate_sentence`).
 """
 
 from __future__ import annotations
@@ -72,3 +73,17 @@ def gate_passes(figures: dict, max_uniform: float = 0.5, min_headroom: float = 0
     return ok, (f"{'open' if ok else 'closed'}: {figures['uniform_group_rate']:.2f} of {figures['groups']} groups "
                 f"all-equal (at most {max_uniform}), pass@{figures['k']} {figures['pass_at_k']:.2f} against "
                 f"accuracy {figures['accuracy']:.2f} (headroom {headroom:+.2f}, at least {min_headroom})")
+
+
+# what a stage with ``gate_claims: 0`` writes (DVC declares the file)
+NO_GATE = {"claims": 0, "open": None, "decision": "not measured (gate_claims: 0)"}
+
+
+def gate_sentence(gate: dict) -> str:
+    """One line of a gate file for a log: pass@1, pass@G and the all-equal share on how many claims."""
+    if not gate.get("claims"):
+        return gate["decision"]
+    g = gate["group_size"]
+    return (f"the starting policy on {gate['claims']} training prompts x {g} rollouts: "
+            f"pass@1 {gate['pass_at_1']:.2f}, pass@{g} {gate[f'pass_at_{g}']:.2f}, "
+            f"all-equal groups {gate['uniform_group_rate']:.2f} ({gate['decision'].split(':')[0]})")
