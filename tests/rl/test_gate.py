@@ -63,3 +63,13 @@ def test_gate_sentence_and_train_summary_print_the_gate(tmp_path, capsys):
     (tmp_path / "gate" / "reason_r1.json").write_text(json.dumps(gate))
     train_summary([str(tmp_path / "train"), "--gates", str(tmp_path / "gate")])
     assert f"gate reason_r1: {line}" in capsys.readouterr().out
+
+
+def test_a_steps_pass_at_group_is_the_share_of_groups_with_a_right_rollout():
+    from factrl.rewards.registry import RewardResult
+    from factrl.rl.sampling import group_pass_rate
+
+    right, wrong = RewardResult(1.0, {"correct": 1.0}), RewardResult(0.1, {"correct": 0.0})
+    results = [right, wrong, wrong, wrong, wrong, wrong, right, right]
+    assert group_pass_rate(results, [0, 0, 1, 1, 2, 2, 3, 3]) == {"pass_at_group": 0.5}
+    assert group_pass_rate([1.0, 0.0], [0, 0]) == {}  # plain-float rewards say nothing of correctness

@@ -230,10 +230,24 @@ def step_row(step: int, metrics: Mapping[str, Any], batch: StepBatch, cfg: GRPOP
         row["format_valid_rate"] = float(np.mean(batch.valid))
     row.update(part_rates(batch.results))
     row["uniform_group_rate"] = uniform_group_rate(batch.scores, batch.group_ids)
+    row.update(group_pass_rate(batch.results, batch.group_ids))
     row["tool_calls"] = float(np.mean([getattr(t, "num_tool_calls", 0) for t in batch.trajectories]))
     row.update(rollout_time=batch.rollout_time, reward_time=batch.reward_time, train_time=train_time,
                step_time=step_time)
     return row
+
+
+def group_pass_rate(results: Sequence[Any], group_ids: Sequence) -> dict[str, float]:
+    """``pass_at_group``: the share of a step's groups with at least one right rollout (pass@G from
+    G samples; beside ``correct_rate``, pass@1), where every result reports a ``correct`` part; {}
+    otherwise. On step 1 it is the gate's pass@G of the starting policy (``factrl.rl.gate``)."""
+    parts = [getattr(r, "parts", None) or {} for r in results]
+    if not parts or any("correct" not in p for p in parts):
+        return {}
+    right: dict = {}
+    for p, g in zip(parts, group_ids):
+        right[g] = right.get(g, False) or bool(p["correct"])
+    return {"pass_at_group": sum(right.values()) / len(right)}
 
 
 def part_rates(results: Sequence[Any]) -> dict[str, float]:
