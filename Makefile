@@ -66,8 +66,8 @@ WHERE_RESULTS = all metrics: $(BIN)/dvc metrics show --md; report: reports/eval.
 # (`dvc plots show`).
 demo: setup-demo
 	$(BIN)/dvc repro
-	@$(BIN)/factrl eval-table || true
 	@echo "training:"; $(BIN)/factrl train-summary metrics/train || true
+	@$(BIN)/factrl eval-table || true
 	@echo "$(WHERE_RESULTS)"
 
 # The hard world (profiles/hard.yaml merged into params.yaml), where the warm start leaves room for

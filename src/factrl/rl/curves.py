@@ -50,7 +50,13 @@ def summarize(path: Path) -> str:
         if values:
             first, second = halves(values)
             parts.append(f"{col} {first:.3f} -> {second:.3f}")
-    return ", ".join(parts) + " (first half -> second half of the steps)"
+    line = ", ".join(parts) + " (first half -> second half of the steps)"
+    if rows and "pass_at_group" in rows[0]:
+        # step 1's groups were sampled before any update: the starting policy's gate, free
+        first = rows[0]
+        line += (f"\n  step 1, before any update: pass@1 {first.get('correct_rate', math.nan):.2f}, pass@G "
+                 f"{first['pass_at_group']:.2f}, all-equal groups {first.get('uniform_group_rate', math.nan):.2f}")
+    return line
 
 
 def block_table(path: Path, block: int) -> str:
