@@ -94,3 +94,27 @@ def test_hop_accuracy_table_of_the_metrics_file(tmp_path, capsys):
     path.write_text(json.dumps(nested))
     assert main([str(path)]) == 0
     assert "HARIS (trained) | 80.00 [70.00, 90.00]" in capsys.readouterr().out
+
+
+def test_eval_table_prints_the_grpo_gain_line_from_the_paired_gains(tmp_path, capsys):
+    """`make demo`'s last line: what the GRPO round added over the warm start, from metrics/gains.json
+    (factrl.eval.runner.paired_gains over the same claims), pooled with its interval and per hop."""
+    import json
+
+    from factrl.eval.report import gain_line, main, nested_metrics
+
+    gains = {"demo": {"HARIS (warm) - HARIS (base)": {"pooled": {"mean": 0.2, "ci95": [0.1, 0.3], "n": 180}},
+                      "HARIS (trained) - HARIS (warm)": {
+                          "2hop": {"mean": 0.1, "ci95": [0.0, 0.2], "n": 60},
+                          "3hop": {"mean": 0.05, "ci95": [-0.05, 0.15], "n": 60},
+                          "pooled": {"mean": 0.0722, "ci95": [0.0111, 0.1333], "n": 120}}}}
+    line = gain_line(gains["demo"])
+    assert line == ("GRPO over the warm start: +7.2 points [+1.1, +13.3] (paired over the same 120 claims; "
+                    "2hop +10.0, 3hop +5.0)")
+    assert gain_line({"HARIS (trained) - HARIS (base)": {"pooled": {}}}) is None  # no warm row: no line
+    rows = [{"dataset": "demo", "system": "HARIS (trained)", "num_hops": 2, "metric": "accuracy", "value": 0.8,
+             "ci_low": 0.7, "ci_high": 0.9, "n": 60}]
+    (tmp_path / "eval.json").write_text(json.dumps(nested_metrics(rows)))
+    (tmp_path / "gains.json").write_text(json.dumps(gains))
+    assert main([str(tmp_path / "eval.json"), "--gains", str(tmp_path / "gains.json")]) == 0
+    assert f"demo: {line}" in capsys.readouterr().out
