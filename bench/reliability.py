@@ -33,7 +33,8 @@ Sibling scripts write the other keys into the same file, and this one keeps what
 ``kills`` and ``disk`` (bench/reliability_kills.py: SIGKILL at points of every stage's progress then a
 rerun; a Prefect flow run killed mid-stage against dvc.lock; prepare on a full disk) and the per-stage
 entries of ``faults`` (bench/reliability_faults.py: warmup's teacher, debate's openai members,
-``evaluate --backend openai``, ``factrl serve``). ``--with-disk`` / ``--with-stage-faults`` /
+``evaluate --backend openai``, ``factrl serve``), and ``soak`` (bench/soak_service.py: tens of
+thousands of requests against ``factrl serve``, its resident memory sampled). ``--with-disk`` / ``--with-stage-faults`` /
 ``--with-kills`` run them first (the kills take an hour or more on 2 cores).
 
 Usage: nice -n 10 python -m bench.reliability [--clients 64] [--requests 20] [--no-fuzz] [--with-disk]
@@ -484,6 +485,7 @@ def main() -> dict:
         "fuzz": fuzz_result,
         "kills": earlier.get("kills", {"not_measured": "run bench/reliability_kills.py (or --with-kills)"}),
         "disk": earlier.get("disk", {"not_measured": "run bench/reliability_kills.py --disk-only (or --with-disk)"}),
+        "soak": earlier.get("soak", {"not_measured": "run python -m bench.soak_service"}),
         "records_lost": lost,
         "commit": measured.git["commit"],
     }

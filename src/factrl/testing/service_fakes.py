@@ -1,10 +1,11 @@
 """A fake verifier and a service around it, for the service's unit tests (no model runs).
 
 As a script, the real ``factrl serve`` app (``create_app``: limits, jobs, the batching worker, result
-streams) over a :class:`FakeVerifier` under uvicorn, for the load bench (bench/reliability.py), where
-what is measured is the server, not a model::
+streams) over a :class:`FakeVerifier` under uvicorn, for the load bench (bench/reliability.py) and the
+soak (bench/soak_service.py), where what is measured is the server, not a model::
 
-    python -m factrl.testing.service_fakes --port PORT --dir DIR [--delay 0.05] [--batch-size 16]
+    python -m factrl.testing.service_fakes --port PORT --dir DIR [--delay 0.05] [--batch-size 16] \
+        [--max-queued-claims 2000] [--max-jobs 1000]
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ PASSAGE = "Orsa is a company. Orsa was founded by Ilse Parrow in Tessik."
 
 
 class FakeVerifier:
-    """Answers SUPPORTS for claims containing 'true', else REFUTES; ``calls`` records every batch.
-    A claim containing 'boom' makes the whole call raise, as a failing model call would."""
+    """Answers SUPPORTS for claims containing 'true', else REFUTES; ``calls`` records every batch
+    (unless ``keep_calls`` is False: a server that runs for hours, as in the soak, would otherwise
+    grow by the very list it is there to show the service does not keep). A claim containing 'boom'
+    makes the whole call raise, as a failing model call would."""
 
-    def __init__(self, delay: float = 0.0):
+    def __init__(self, delay: float = 0.0, keep_calls: bool = True):
         self.calls: list[list[str]] = []
         self.delay = delay
+        self.keep_calls = keep_calls
         self.lock = threading.Lock()
 
     def verify(self, claims: list[str]) -> list[dict]:
-        with self.lock:
-            self.calls.append(list(claims))
+        if self.keep_calls:
+            with self.lock:
+                self.calls.append(list(claims))
         time.sleep(self.delay)
         if any("boom" in c for c in claims):
             raise RuntimeError("model call failed")
@@ -92,8 +97,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", type=Path, required=True, help="where the corrections database goes")
     ap.add_argument("--delay", type=float, default=0.05, help="seconds per batched verifier call")
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-queued-claims", type=int, default=ServeParams.max_queued_claims)
+    ap.add_argument("--max-jobs", type=int, default=ServeParams.max_jobs)
     args = ap.parse_args(argv)
-    service = make_service(args.dir, {"demo": FakeVerifier(args.delay)}, batch_size=args.batch_size)
+    # no one reads the fake's calls in this process: keeping them would be a leak of the bench's own
+    service = make_service(args.dir, {"demo": FakeVerifier(args.delay, keep_calls=False)}, batch_size=args.batch_size,
+                           max_queued_claims=args.max_queued_claims, max_jobs=args.max_jobs,
+                           max_claims_per_job=min(ServeParams.max_claims_per_job, args.max_queued_claims))
     try:
         uvicorn.run(create_app(service), host="127.0.0.1", port=args.port, log_level="warning")
     finally:
