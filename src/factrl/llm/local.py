@@ -39,8 +39,12 @@ sharing the weights keeps its model as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import re
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +63,51 @@ from factrl.llm.tokens import decode_completion, encode_chat, eos_token_ids
 # A prefix shorter than this is not worth a separate forward pass before the batch.
 MIN_SHARED_PREFIX = 16
 
+# Greedy answers kept for memoize_greedy, oldest dropped first: an engine that is never released (a
+# server) must not grow without bound; a training step's search agent asks a few hundred questions.
+MEMO_ENTRIES = 4096
+
+# Every engine alive in this process, so a training loop can read what each one computed during a
+# step (engine_counters) without the rollout functions having to hand their engines over.
+_ENGINES: weakref.WeakSet = weakref.WeakSet()
+# the counters a step's row reports per engine (see engine_step_metrics)
+COUNTERS = ("prompt_tokens", "prefilled_tokens", "decoded_tokens", "decode_steps", "decoded_rows", "draft_tokens",
+            "accepted_tokens", "memo_hits", "seconds")
+
+
+def engine_counters() -> dict[str, dict[str, float]]:
+    """A snapshot of every live engine's cumulative :attr:`LocalLLM.stats`, by a short label (the
+    last component of its ``model_name``, non-alphanumerics as ``_``; a repeated label gets ``_2``...)."""
+    out: dict[str, dict[str, float]] = {}
+    for engine in sorted(_ENGINES, key=id):
+        label = re.sub(r"[^A-Za-z0-9]+", "_", str(engine.model_name).rstrip("/").rsplit("/", 1)[-1]).strip("_")
+        label = label or "engine"
+        k, unique = 2, label
+        while unique in out:
+            unique, k = f"{label}_{k}", k + 1
+        out[unique] = {c: float(engine.stats.get(c, 0)) for c in COUNTERS}
+    return out
+
+
+def engine_step_metrics(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What each engine computed between two :func:`engine_counters` snapshots, as flat metrics
+    ``engine_<label>_<name>``: ``prefill_tokens`` (tokens the model ran over to admit prompts, after
+    the prefix cache), ``decode_tokens`` (tokens emitted), ``mean_batch`` (rows per decode step),
+    ``memo_hits`` (greedy requests answered by an identical one), ``time`` (seconds inside its
+    steps) and ``decode_tokens_per_s``. Engines that did nothing are left out."""
+    out: dict[str, float] = {}
+    for label, now in after.items():
+        then = before.get(label, dict.fromkeys(COUNTERS, 0.0))
+        d = {c: now[c] - then[c] for c in COUNTERS}
+        if d["decode_steps"] == 0 and d["prefilled_tokens"] == 0 and d["memo_hits"] == 0:
+            continue
+        key = f"engine_{label}_"
+        out.update({key + "prefill_tokens": d["prefilled_tokens"], key + "decode_tokens": d["decoded_tokens"],
+                    key + "mean_batch": d["decoded_rows"] / max(d["decode_steps"], 1.0),
+                    key + "memo_hits": d["memo_hits"], key + "time": d["seconds"],
+                    key + "decode_tokens_per_s": d["decoded_tokens"] / d["seconds"] if d["seconds"] > 0 else 0.0})
+    return out
+
 
 @dataclass
 class GenerationRequest:
@@ -75,6 +124,7 @@ class GenerationRequest:
     finish_reason: str = "length"
     ended_by_eos: bool = False
     completion: Completion | None = None
+    followers: list[GenerationRequest] = field(default_factory=list)  # identical greedy requests it answers
 
     @property
     def done(self) -> bool:
@@ -104,7 +154,12 @@ class LocalLLM:
     was modified in place or replaced since the last call. ``device`` (``auto``, ``cpu``,
     ``cuda[:n]``) is where a model loaded here runs; a given ``model_obj`` is decoded where its
     weights are, and every tensor the engine creates (key/value slots, inputs, samplers) is put
-    there too.
+    there too. ``memoize_greedy``: a greedy request whose prompt and sampling settings equal those
+    of one submitted earlier (since the last :meth:`release` or weight change) gets that request's
+    completion instead of decoding again; one still decoding answers both when it finishes. Greedy
+    decoding is a function of the prompt, so this changes no output: the frozen search agent that
+    answers a training policy's questions sees the same question from several rollouts of a
+    group, whose policy repeats itself at low entropy. Sampled requests never share.
 
     Each :class:`Completion` carries every sampled token id, an EOS that ended it included (models
     such as Qwen3 have several EOS ids: the one sampled is the one returned), and ``logprobs``: the
@@ -125,6 +180,7 @@ class LocalLLM:
         speculative_tokens: int = 5,
         speculate_max_batch: int = 4,
         device: str | torch.device = "auto",
+        memoize_greedy: bool = True,
     ):
         load = model_obj is None or tokenizer is None
         self.device = resolve_device(device) if load else next(model_obj.parameters()).device
@@ -153,7 +209,10 @@ class LocalLLM:
         self._weights_seen: list[tuple[int, int]] | None = None
         # prompt tokens given to the engine vs. tokens it actually ran the model over
         self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "decode_steps": 0, "decoded_rows": 0,
-                      "draft_tokens": 0, "accepted_tokens": 0}
+                      "draft_tokens": 0, "accepted_tokens": 0, "decoded_tokens": 0, "memo_hits": 0, "seconds": 0.0}
+        self.memoize_greedy = memoize_greedy
+        self._memo: dict[tuple, GenerationRequest] = {}  # (prompt, params) -> the greedy request that answers it
+        _ENGINES.add(self)
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached key/value state (call after changing the weights out of place)."""
@@ -190,6 +249,7 @@ class LocalLLM:
         sig = self._weights_signature()
         if sig != self._weights_seen:
             self.clear_prefix_cache()
+            self._memo.clear()  # answers of the old weights
             if self._owns_weights:
                 with torch.no_grad():
                     for copy_p, p in zip(self.engine_model.parameters(), self.model.parameters()):
@@ -230,9 +290,22 @@ class LocalLLM:
         request = GenerationRequest(list(prompt), params, generator)
         if params.max_tokens <= 0:
             self._finish(request)
-        else:
-            with self._lock:
-                self._waiting.append(request)
+            return request
+        with self._lock:
+            if self.memoize_greedy and params.greedy:
+                self._check_weights()  # a memoised answer is only valid for the weights that gave it
+                key = (tuple(request.prompt), params)
+                leader = self._memo.setdefault(key, request)
+                if len(self._memo) > MEMO_ENTRIES:
+                    del self._memo[next(iter(self._memo))]
+                if leader is not request:
+                    self.stats["memo_hits"] += 1
+                    if leader.done:
+                        request.completion = dataclasses.replace(leader.completion)
+                    else:
+                        leader.followers.append(request)
+                    return request
+            self._waiting.append(request)
         return request
 
     def step(self) -> list[GenerationRequest]:
@@ -241,9 +314,14 @@ class LocalLLM:
         Returns the requests that finished during the step (EOS, a stop string or their token
         budget)."""
         with self._lock, torch.inference_mode():
+            t0 = time.perf_counter()
             room = self.max_batch - len(self._running)
             new = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
-            return self._step(new) if self._running or new else []
+            finished = self._step(new) if self._running or new else []
+            if self.device.type == "cuda":  # seconds of work, not of kernel launches
+                torch.cuda.synchronize(self.device)
+            self.stats["seconds"] += time.perf_counter() - t0
+            return finished
 
     # ---- engine ---------------------------------------------------------------------------
     def _forward(self, input_ids, mask, positions, past, keep: int | torch.Tensor = 1, **kwargs) -> torch.Tensor:
@@ -448,6 +526,7 @@ class LocalLLM:
         output, so a finished row's cache holds its prompt, its previous output and those.
         """
         done: list[tuple[int, list[int]]] = []  # (slot, the tokens its cache holds)
+        self.stats["decoded_tokens"] += sum(map(len, emitted))
         for slot, (tokens, n, lps, ws) in enumerate(zip(emitted, accepted, logprobs, watched)):
             r = self._running[slot]
             cached = len(r.prompt) + len(r.out) + n
@@ -459,7 +538,10 @@ class LocalLLM:
             r = self._running[slot]
             self._remember(slot, ids)  # the next turn of a conversation continues this sequence
             self._finish(r)
-            finished.append(r)
+            for follower in r.followers:  # identical greedy requests submitted meanwhile
+                follower.completion = dataclasses.replace(r.completion)
+            finished.extend([*r.followers[::-1], r])  # reversed below: r first, then its followers
+            r.followers = []
             last = len(self._running) - 1
             if slot != last:
                 moved = self._running[last]
@@ -475,6 +557,16 @@ class LocalLLM:
         with self._lock:
             if not self._running:
                 self._cache = None
+                self._memo.clear()  # a burst of requests is over: its answers are not kept past it
+
+    def free_memory(self) -> None:
+        """:meth:`release` and drop the prefix cache too: what a trainer calls before an update,
+        which changes the weights the cache was computed with (it would be cleared at the next
+        admission anyway)."""
+        self.release()
+        with self._lock:
+            if not self._running:
+                self.clear_prefix_cache()
 
     @staticmethod
     def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: int | None) -> int:

@@ -139,3 +139,88 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+# ---- log-probs at the loss positions only, in chunks --------------------------------------------
+# The plain path (``logprobs_from_logits``) takes ``[B, T, V]`` logits of every response position,
+# upcasts them to fp32 (49,152 columns for SmolLM2: 0.2 MB per position, and its logit gradient as
+# much again), and an entropy that is only logged upcasts them once more. The path below runs the
+# output projection itself, only on the positions that carry loss, ``chunk`` rows at a time, and
+# keeps none of the logits: the backward pass recomputes each chunk's logits (as TRL's
+# ``selective_log_softmax`` and Liger's fused linear cross-entropy avoid full logits; verl's
+# ``entropy_from_logits_with_chunking`` chunks the same way). Peak extra memory: one chunk's fp32
+# logits and their softmax, ``2 * chunk * V * 4`` bytes, whatever the batch.
+
+
+def _chunk_stats(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, inv_temp: float,
+                 compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk's fp32 logits ``[n, V]`` (projected in ``compute_dtype`` and upcast, as the model's
+    own head under autocast), their log-sum-exp ``[n]`` and the labels' log-probs ``[n]``."""
+    logits = (hidden.to(compute_dtype) @ weight.to(compute_dtype).T).float()
+    if inv_temp != 1.0:
+        logits = logits * inv_temp
+    lse = torch.logsumexp(logits, dim=-1)
+    return logits, lse, logits.gather(-1, labels[:, None])[:, 0] - lse
+
+
+class _TokenLogProbs(torch.autograd.Function):
+    """``log softmax(hidden @ weight.T / T)[label]`` per row without keeping any logits; the entropy
+    of each row's distribution comes out too, without gradient (it is logged, not trained)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, inv_temp, chunk, compute_dtype):
+        n = hidden.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        with torch.no_grad():
+            for s in range(0, n, chunk):
+                logits, lse, picked = _chunk_stats(hidden[s : s + chunk], weight, labels[s : s + chunk], inv_temp,
+                                                   compute_dtype)
+                logp[s : s + chunk] = picked
+                entropy[s : s + chunk] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        ctx.save_for_backward(hidden, weight, labels)
+        ctx.inv_temp, ctx.chunk, ctx.compute_dtype = inv_temp, chunk, compute_dtype
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, weight, labels = ctx.saved_tensors
+        cdt = ctx.compute_dtype
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        w = weight.to(cdt)
+        for s in range(0, hidden.shape[0], ctx.chunk):
+            h = hidden[s : s + ctx.chunk]
+            logits, lse, _ = _chunk_stats(h, weight, labels[s : s + ctx.chunk], ctx.inv_temp, cdt)
+            g = grad_logp[s : s + ctx.chunk]
+            # d logp / d logits = onehot(label) - softmax; times 1/T for the temperature
+            grad_logits = torch.exp(logits - lse[:, None]).mul_(-g[:, None])
+            grad_logits.scatter_add_(-1, labels[s : s + ctx.chunk, None], g[:, None])
+            if ctx.inv_temp != 1.0:
+                grad_logits.mul_(ctx.inv_temp)
+            grad_logits = grad_logits.to(cdt)  # the head's backward runs in the dtype its forward ran in
+            if grad_hidden is not None:
+                grad_hidden[s : s + ctx.chunk] = (grad_logits @ w).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += (grad_logits.T @ h.to(cdt)).float()
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def token_logprobs_chunked(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *,
+                           temperature: float = 1.0, chunk: int = 256,
+                           compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of ``labels`` and the entropies of their distributions under an output head.
+
+    hidden: ``[N, H]`` the final hidden states of the positions wanted (only those that carry loss).
+    weight: ``[V, H]`` the output head's weight (no bias). labels: ``[N]`` token ids.
+    temperature: the logits are divided by it (the sampling temperature).
+    chunk: positions projected at a time (memory ``~2 * chunk * V * 4`` bytes).
+    compute_dtype: the dtype of the projection (bf16 under autocast; default the weight's).
+    Returns ``(logp [N] float32, with gradient to hidden and weight; entropy [N] float32, none)``.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    return _TokenLogProbs.apply(hidden, weight, labels, 1.0 / temperature, chunk, compute_dtype or weight.dtype)

@@ -104,6 +104,20 @@ class GRPOParams:
     balance_by: a prompt field (e.g. ``label``) whose values every draw holds in proportion (each
         value's prompts spread evenly over the epoch's order); empty = plain shuffled order. A step
         of claims that are all SUPPORTED pushes every group's advantage toward one verdict.
+    chunked_logprobs: the update computes log-probs (and the logged entropy) only at the positions
+        that carry loss, ``logprob_chunk`` positions at a time, from the decoder's hidden states,
+        keeping no logits (``factrl.rl.losses.token_logprobs_chunked``); off = the model's full
+        ``[b, T, V]`` logits, upcast to fp32. Same loss and gradients within fp32 rounding. Models
+        whose head is not a plain projection, and an entropy bonus (``entropy_coef > 0``), take the
+        full logits either way.
+    logprob_chunk: positions projected onto the vocabulary at a time by ``chunked_logprobs``
+        (memory about ``2 * logprob_chunk * vocabulary * 4`` bytes: 100 MB at 256 x 49,152).
+    group_by_length: order each mini-batch's trajectories by length before cutting it into
+        micro-batches, so a micro-batch pads to about its own rows' length (the update's sum is the
+        same; only its order of summation changes).
+    free_caches: before each update, drop the policy engine's prefix cache along with its key/value
+        slots (``LocalLLM.release``): the update changes the weights, after which the cache is
+        cleared anyway, so keeping it through the update only holds its memory (up to 2 GiB).
     """
 
     group_size: int = 5
@@ -138,6 +152,10 @@ class GRPOParams:
     dynamic_sampling: bool = False
     max_sampling_draws: int = 4
     balance_by: str = ""
+    chunked_logprobs: bool = True
+    logprob_chunk: int = 256
+    group_by_length: bool = True
+    free_caches: bool = True
 
 
 @dataclass(frozen=True)

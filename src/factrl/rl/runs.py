@@ -166,10 +166,11 @@ def run_agent_training(
             on_step(row)
 
     # the policy engine's key/value slots hold every rollout's context until released: free them
-    # before each update, which needs the memory (LocalLLM.release's own contract)
+    # before each update, which needs the memory (LocalLLM.release's own contract); with
+    # free_caches its prefix cache too, which the update makes stale anyway
     rows = train(trainer, items, rollout_fn, reward_fn, state_dir, curves=functools.partial(StepLog, curves_dir),
                  on_step=step_done,
-                 after_rollouts=policy.release)
+                 after_rollouts=policy.free_memory if gcfg.free_caches else policy.release)
     save_model(model, tok, out_model, {"agent": agent, "init": str(init_model), "steps": gcfg.steps,
                                        "prompts": len(items), "params": dataclasses.asdict(cfg),
                                        "final": rows[-1] if rows else {}, "hardware": hardware,

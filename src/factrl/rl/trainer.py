@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from factrl.hardware import autocast, module_bytes, use_bf16
+from factrl.llm.local import engine_counters, engine_step_metrics
 from factrl.rl.advantages import grpo_advantages, token_advantages
 from factrl.rl.correction import add_sums, gap_metrics, gap_sums, tis_weights
 from factrl.rl.kl import kl_penalty
@@ -48,6 +49,7 @@ from factrl.rl.losses import (
     entropy_from_logits,
     logprobs_from_logits,
     policy_loss,
+    token_logprobs_chunked,
 )
 from factrl.rl.params import GRPOParams
 from factrl.rl.sampling import (RewardFn, RolloutFn, TrajectoryLike, joint_parts, mixed_groups, sample_step,
@@ -148,6 +150,35 @@ def response_logits(model, mb: MicroBatch, temperature: float) -> torch.Tensor:
     return logits / temperature if temperature != 1.0 else logits
 
 
+def response_hidden(model, mb: MicroBatch) -> torch.Tensor:
+    """The final hidden states ``[b, T, H]`` that predict each response token (the output head's
+    input): the causal LM's decoder alone, so no logits are computed."""
+    t = mb.responses.shape[1]
+    out = model.get_decoder()(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False,
+    )
+    return out.last_hidden_state[:, -(t + 1) : -1, :]
+
+
+def plain_head(model) -> torch.nn.Module | None:
+    """The output head when the logits are exactly ``hidden @ head.weight.T`` (Llama, Qwen, SmolLM2:
+    no bias, no soft-capping, no scaling), so log-probs can be computed from the hidden states;
+    None otherwise (the trainer then takes the model's own logits)."""
+    head = model.get_output_embeddings()
+    config = getattr(model, "config", None)
+    if head is None or getattr(head, "bias", None) is not None or not isinstance(head, torch.nn.Linear):
+        return None
+    if any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale")):
+        return None
+    return head
+
+
+def length_order(trajectories: Sequence[TrajectoryLike], indices: Sequence[int]) -> list[int]:
+    """``indices`` sorted by their trajectory's prompt + response length (stable), so consecutive
+    micro-batches hold similar lengths and pad little."""
+    return sorted(indices, key=lambda i: len(trajectories[i].prompt_ids) + len(trajectories[i].response_ids))
+
+
 class GRPOTrainer:
     """GRPO updates for ``model`` (a Hugging Face causal LM, float32 weights).
 
@@ -195,6 +226,14 @@ class GRPOTrainer:
         return autocast("bf16" if self.bf16 else "fp32", self.device)
 
     def _logp(self, model, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs ``[b, T]`` of the response tokens under ``model`` (and their entropies when asked),
+        float32. With ``cfg.chunked_logprobs`` only the trained positions (``mb.mask``) are computed,
+        in chunks (:func:`factrl.rl.losses.token_logprobs_chunked`); the others hold 0, which every
+        use of them masks out. An entropy bonus (``entropy_coef > 0``) needs the entropy's gradient:
+        that, or a head that is not a plain projection, takes the model's full logits instead."""
+        head = plain_head(model) if self.cfg.chunked_logprobs and self.cfg.entropy_coef == 0 else None
+        if head is not None:
+            return self._chunked_logp(model, head, mb, with_entropy)
         with self._autocast():
             logits = response_logits(model, mb, self.cfg.temperature)
         logp = logprobs_from_logits(logits, mb.responses)
@@ -205,6 +244,20 @@ class GRPOTrainer:
             else:
                 with torch.no_grad():
                     entropy = entropy_from_logits(logits.detach())
+        return logp, entropy
+
+    def _chunked_logp(self, model, head, mb: MicroBatch, with_entropy: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with self._autocast():
+            hidden = response_hidden(model, mb)
+        trained = mb.mask > 0  # [b, T]
+        logp_sel, entropy_sel = token_logprobs_chunked(
+            hidden[trained], head.weight, mb.responses[trained], temperature=self.cfg.temperature,
+            chunk=self.cfg.logprob_chunk, compute_dtype=torch.bfloat16 if self.bf16 else head.weight.dtype)
+        logp = torch.zeros(mb.mask.shape, dtype=torch.float32, device=mb.mask.device).masked_scatter(trained, logp_sel)
+        entropy = None
+        if with_entropy:
+            entropy = torch.zeros_like(logp).masked_scatter(trained, entropy_sel)
         return logp, entropy
 
     def step(
@@ -224,20 +277,12 @@ class GRPOTrainer:
             raise ValueError(f"{n} trajectories, {rewards_t.numel()} rewards, {len(group_ids)} group ids")
         adv = grpo_advantages(rewards_t, group_ids, eps=cfg.adv_eps, norm_by_std=cfg.norm_adv_by_std)
 
-        mini = cfg.mini_batch_size or n
-        minis = [list(range(s, min(s + mini, n))) for s in range(0, n, mini)]
-        micro_batches = [
-            [
-                collate([trajectories[i] for i in idx[s : s + cfg.micro_batch_size]],
-                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id, self.device)
-                for s in range(0, len(idx), cfg.micro_batch_size)
-            ]
-            for idx in minis
-        ]
+        micro_batches = self._micro_batches(trajectories, adv)
+        t_start = time.perf_counter()
         # Old log-probs once per batch, before any update. With a single update per batch the
         # policy has not moved yet, so the detached current log-probs are the same numbers and the
         # extra forward pass is skipped (TRL and verl's on-policy path do the same).
-        multi_update = cfg.ppo_epochs * len(minis) > 1
+        multi_update = cfg.ppo_epochs * len(micro_batches) > 1
         if multi_update or self.ref_model is not None:
             with torch.no_grad():
                 for mbs in micro_batches:
@@ -246,6 +291,7 @@ class GRPOTrainer:
                             mb.old_logp = self._logp(self.model, mb, with_entropy=False)[0]
                         if self.ref_model is not None:
                             mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
+        t_policy = time.perf_counter()
 
         totals: dict[str, float] = {}
         gap: dict[str, float] = {}  # engine/trainer log-prob gap sums over the step (correction.gap_sums)
@@ -290,8 +336,20 @@ class GRPOTrainer:
                 for k, v in part.items():
                     totals[k] = totals.get(k, 0.0) + v
                 weights += 1
+        t_end = time.perf_counter()
         metrics = {k: v / max(weights, 1) for k, v in totals.items()}
         metrics.update(gap_metrics(gap))
+        # what the update computed: tokens the policy's forward+backward passes ran over (padding
+        # included, which is what costs), and where the time went
+        forwarded = sum(mb.input_ids.numel() for mbs in micro_batches for mb in mbs)
+        metrics.update(
+            update_tokens=float(forwarded * cfg.ppo_epochs),
+            update_pad_share=1.0 - sum(float(mb.attention_mask.sum()) for mbs in micro_batches for mb in mbs)
+            / max(forwarded, 1),
+            micro_batches=float(sum(len(mbs) for mbs in micro_batches)),
+            reference_time=t_policy - t_start,
+            policy_time=t_end - t_policy,
+        )
         lengths = [len(t.response_ids) for t in trajectories]
         trained = [sum(t.loss_mask) for t in trajectories]
         metrics.update(
@@ -306,6 +364,24 @@ class GRPOTrainer:
             bf16=float(self.bf16),  # the precision the step ran in (auto resolves per machine)
         )
         return metrics
+
+    def _micro_batches(self, trajectories: Sequence[TrajectoryLike], adv: torch.Tensor) -> list[list[MicroBatch]]:
+        """The step's mini-batches (one optimizer update each), each a list of collated micro-batches
+        (one forward/backward each); with ``cfg.group_by_length`` a mini-batch's trajectories are
+        ordered by length first, so each micro-batch pads to a length close to its own rows'."""
+        cfg, n = self.cfg, len(trajectories)
+        mini = cfg.mini_batch_size or n
+        minis = [list(range(s, min(s + mini, n))) for s in range(0, n, mini)]
+        if cfg.group_by_length:
+            minis = [length_order(trajectories, idx) for idx in minis]
+        return [
+            [
+                collate([trajectories[i] for i in idx[s : s + cfg.micro_batch_size]],
+                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id, self.device)
+                for s in range(0, len(idx), cfg.micro_batch_size)
+            ]
+            for idx in minis
+        ]
 
     def _update(self) -> float:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -377,6 +453,8 @@ def _validate(cfg: GRPOParams) -> None:
             f"GRPOParams: mini_batch_size {cfg.mini_batch_size} must be a multiple of "
             f"micro_batch_size {cfg.micro_batch_size}"
         )
+    if cfg.logprob_chunk < 1:
+        raise ValueError(f"GRPOParams.logprob_chunk must be >= 1, got {cfg.logprob_chunk}")
     if cfg.temperature <= 0:
         raise ValueError(f"GRPOParams.temperature must be > 0 for training, got {cfg.temperature}")
     if cfg.tis_cap < 0:
@@ -432,8 +510,10 @@ def train(
     at or below ``steps`` (a run whose ``steps`` was raised continues; one whose ``steps`` was lowered
     below its checkpoints starts from the newest one it may use, or from the start).
     ``after_rollouts`` runs once per step between the rollouts and the update: the place to free
-    what the rollouts held (an engine's key/value slots, ``LocalLLM.release``) before the update
-    needs the memory.
+    what the rollouts held (an engine's key/value slots and prefix cache, ``LocalLLM.release`` /
+    ``free_memory``) before the update needs the memory. Each step's row also says what every
+    in-process engine computed for its rollouts (:func:`factrl.llm.local.engine_step_metrics`:
+    tokens prefilled and decoded, mean decode batch, seconds) and the update's tokens per second.
 
     ``curves(rows)`` opens the run's curve log given the rows done so far (after a resume, the
     checkpoint's); each step's row (:func:`factrl.rl.sampling.step_row`) then goes to its ``log``.
@@ -458,7 +538,9 @@ def train(
     log = curves(rows) if curves is not None else None
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
+        counted = engine_counters()
         batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
+        engines = engine_step_metrics(counted, engine_counters())  # what each engine computed for the rollouts
         if after_rollouts is not None:
             after_rollouts()
         t2 = time.perf_counter()
@@ -482,6 +564,9 @@ def train(
             torch.cuda.reset_peak_memory_stats(trainer.device)
         row = step_row(step + 1, metrics, batch, cfg, updated=update, train_time=t3 - t2, step_time=t3 - t0,
                        cuda_peak_gib=peak)
+        row.update(engines)
+        if update:
+            row["update_tokens_per_s"] = metrics["update_tokens"] / max(t3 - t2, 1e-9)
         rows.append(row)
         if log is not None:
             log.log(row)
