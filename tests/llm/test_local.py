@@ -389,3 +389,55 @@ def test_watched_ids_report_their_log_probs_at_every_position(local_llm):
         for tok, lp, row in zip(b.token_ids, b.logprobs, b.watched_logprobs):
             assert row[watch.index(tok)] == pytest.approx(lp, abs=1e-5)
             assert max(row) <= 0.0
+
+
+def _tiny_engine(memoize: bool):
+    from tests.rl.tiny import tiny_model, tokenizer
+
+    tok = tokenizer()
+    # a small vocabulary and sharp distributions: greedy rows repeat themselves and run long
+    return LocalLLM(model_obj=tiny_model(tok, vocab_size=300, init_std=0.2), tokenizer=tok, precision="fp32",
+                    model_name="tiny", memoize_greedy=memoize)
+
+
+def test_greedy_memo_answers_repeated_requests_with_the_same_completion():
+    """A greedy request identical to one still decoding, or to one that finished, gets its
+    completion without decoding again, and every completion is what a memo-less engine decodes;
+    sampled requests and other settings never share."""
+    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
+    shorter = replace(greedy, max_tokens=5)
+    sampled = SamplingParams(max_tokens=8, temperature=1.0, ignore_eos=True)
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 7, 8]]
+    outcomes = []
+    for memoize in (False, True):
+        llm = _tiny_engine(memoize)
+        first = [llm.submit(p, greedy) for p in prompts]  # the third repeats the first, both waiting
+        llm.step()
+        during = [llm.submit(prompts[0], greedy), llm.submit(prompts[0], shorter)]  # first is decoding
+        samples = [llm.submit(prompts[1], sampled, seed=s) for s in (1, 2)]
+        while not all(r.done for r in first + during + samples):
+            llm.step()
+        after = llm.submit(prompts[1], greedy)  # finished long ago
+        while not after.done:
+            llm.step()
+        outcomes.append(([r.completion.token_ids for r in first + during + [after]],
+                         [r.completion.token_ids for r in samples], llm.stats))
+    (plain, plain_samples, plain_stats), (memo, memo_samples, memo_stats) = outcomes
+    assert memo == plain and memo_samples == plain_samples
+    assert plain_stats["memo_hits"] == 0 and memo_stats["memo_hits"] == 3  # 3rd of first, during[0], after
+    assert memo_stats["decoded_tokens"] == plain_stats["decoded_tokens"] - 3 * 8
+
+
+def test_greedy_memo_is_forgotten_on_release_and_weight_change():
+    llm = _tiny_engine(True)
+    greedy = SamplingParams(max_tokens=4, ignore_eos=True)
+    llm.complete_tokens([[5, 6, 7]], greedy)
+    llm.complete_tokens([[5, 6, 7]], greedy)
+    assert llm.stats["memo_hits"] == 1
+    llm.release()
+    llm.complete_tokens([[5, 6, 7]], greedy)
+    assert llm.stats["memo_hits"] == 1
+    with torch.no_grad():
+        next(llm.model.parameters()).add_(0.5)  # an optimizer step
+    before = llm.complete_tokens([[5, 6, 7]], greedy)
+    assert llm.stats["memo_hits"] == 1 and before  # decoded again with the new weights

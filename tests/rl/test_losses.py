@@ -85,3 +85,42 @@ def test_logprobs_and_entropy_from_logits():
     assert torch.allclose(logprobs_from_logits(logits, labels), expected, atol=1e-6)
     p = torch.softmax(logits, -1)
     assert torch.allclose(entropy_from_logits(logits), -(p * p.log()).sum(-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_token_logprobs_equal_full_logits_with_gradients(temperature):
+    """Log-probs and entropies at chosen rows, chunked (no logits kept), equal the full-logits path's,
+    and so do their gradients to the hidden states and the head's weight (fp32 rounding)."""
+    from factrl.rl.losses import token_logprobs_chunked
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(11, 8, generator=g, requires_grad=True)
+    weight = torch.randn(50, 8, generator=g, requires_grad=True)
+    labels = torch.randint(0, 50, (11,), generator=g)
+    upstream = torch.randn(11, generator=g)  # an arbitrary loss on top: sum(upstream * logp)
+
+    logits = hidden @ weight.T / temperature
+    ref_logp = logprobs_from_logits(logits[None], labels[None])[0]
+    ref_entropy = entropy_from_logits(logits[None])[0]
+    ref_gh, ref_gw = torch.autograd.grad((upstream * ref_logp).sum(), (hidden, weight))
+
+    logp, entropy = token_logprobs_chunked(hidden, weight, labels, temperature=temperature, chunk=4)
+    gh, gw = torch.autograd.grad((upstream * logp).sum(), (hidden, weight))
+    assert not entropy.requires_grad  # logged only
+    torch.testing.assert_close(logp, ref_logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy, ref_entropy, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gh, ref_gh, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, ref_gw, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_token_logprobs_in_bf16_round_like_the_models_own_head():
+    """With a bf16 projection (autocast), the chunked log-probs are those of bf16 logits upcast to
+    fp32, as the model's own head gives under autocast."""
+    from factrl.rl.losses import token_logprobs_chunked
+
+    g = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(7, 16, generator=g), torch.randn(40, 16, generator=g)
+    labels = torch.randint(0, 40, (7,), generator=g)
+    ref = logprobs_from_logits((hidden.bfloat16() @ weight.bfloat16().T)[None], labels[None])[0]
+    logp, _ = token_logprobs_chunked(hidden, weight, labels, chunk=3, compute_dtype=torch.bfloat16)
+    torch.testing.assert_close(logp, ref, rtol=1e-5, atol=1e-5)

@@ -466,3 +466,116 @@ def test_after_rollouts_runs_between_each_steps_rollouts_and_its_update(tmp_path
     for i, event in enumerate(events):
         if event == "update":  # every update follows a release since the last rollout
             assert "release" in events[max(j for j in range(i) if events[j] == "rollout"):i]
+
+
+# ---- the step's cost levers (issue 48): each changes no result beyond rounding ------------------
+
+LEVERS_OFF = {"chunked_logprobs": False, "group_by_length": False}
+LEVERS_ON = {"chunked_logprobs": True, "group_by_length": True}
+
+
+def _chat_batch(tok):
+    """Six rollouts of three chat prompts tokenized by SmolLM2's own template, of varied lengths,
+    with injected (mask 0) spans: what the reasoning agent's trajectories look like."""
+    trajs, rewards, groups = [], [], []
+    for k, claim in enumerate(["Paris is in France.", "The Nile flows north into the Mediterranean Sea.", "Water is dry."]):
+        prompt = tok.apply_chat_template([{"role": "user", "content": f"Verify: {claim}"}], add_generation_prompt=True,
+                                         tokenize=False)
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        for j in range(2):
+            text = tok(f"<question>Is it {claim.lower()}</question>" * (1 + (k + j) % 3) + "<verdict>SUPPORTS</verdict>",
+                       add_special_tokens=False)["input_ids"]
+            mask = [0 if 5 <= i < 9 else 1 for i in range(len(text))]  # an injected tool answer
+            trajs.append(Traj(ids, text, mask))
+            rewards.append(float((k + j) % 2) + 0.1 * k)
+            groups.append(k)
+    return trajs, rewards, groups
+
+
+def _step_with_grads(tok, levers: dict, precision: str = "fp32"):
+    """One step's metrics and the gradients AdamW received, from a fixed tiny policy and a reference
+    that differs from it (so the KL term and its gradient are not 0)."""
+    model = tiny_model(tok, seed=5)
+    ref = tiny_model(tok, seed=6)
+    cfg = _cfg(precision=precision, kl_coef=0.05, temperature=0.7, micro_batch_size=2, logprob_chunk=5, **levers)
+    trainer = GRPOTrainer(model, tok, cfg, ref_model=ref)
+    grads = {}
+    trainer.optimizer.register_step_pre_hook(
+        lambda opt, *_: grads.update({i: p.grad.clone() for i, p in enumerate(opt.param_groups[0]["params"])}))
+    return trainer.step(*_chat_batch(tok)), grads
+
+
+def test_update_levers_give_the_plain_paths_loss_and_gradients(tok):
+    """Chunked log-probs at loss positions only and length-grouped micro-batches: the same loss,
+    KL, entropy and gradients as the plain path, to fp32 rounding (real SmolLM2 tokenization)."""
+    plain, g_plain = _step_with_grads(tok, LEVERS_OFF)
+    fast, g_fast = _step_with_grads(tok, LEVERS_ON)
+    assert plain["kl"] > 0 and plain["grad_norm"] > 0
+    for k in ("pg_loss", "kl", "entropy", "grad_norm", "ppo_kl", "clipfrac"):
+        assert fast[k] == pytest.approx(plain[k], rel=1e-5, abs=1e-7), k
+    for i in g_plain:
+        torch.testing.assert_close(g_fast[i], g_plain[i], rtol=0, atol=3e-5 * g_plain[i].abs().max().item())
+    assert fast["update_pad_share"] < plain["update_pad_share"]  # grouping by length padded less
+
+
+def test_update_levers_in_bf16_stay_within_bf16_rounding(tok):
+    plain, g_plain = _step_with_grads(tok, LEVERS_OFF, "bf16")
+    fast, g_fast = _step_with_grads(tok, LEVERS_ON, "bf16")
+    for k in ("pg_loss", "kl", "entropy", "grad_norm"):
+        assert fast[k] == pytest.approx(plain[k], rel=2e-2, abs=1e-4), k
+    # bf16 rounds each product to 8 bits of mantissa, and the two paths round at different places
+    # (the plain path rounds the head's weight gradient to bf16, the chunked one accumulates it in
+    # fp32): compare each tensor's gradient as a whole, by relative L2 error
+    for i in g_plain:
+        assert (g_fast[i] - g_plain[i]).norm() <= 2e-2 * g_plain[i].norm(), i
+
+
+def test_kl_coef_zero_builds_and_runs_no_reference(tok, tiny):
+    """``kl_coef: 0``: no reference model exists, and a one-update step forwards the policy once
+    per micro-batch (no reference pass, no separate old-log-prob pass)."""
+    trajs, rewards, groups = _batch(tok)
+    trainer = GRPOTrainer(tiny, tok, _cfg(kl_coef=0.0, micro_batch_size=2))
+    assert trainer.ref_model is None and trainer.memory()["reference"] == 0
+    calls = []
+    tiny.model.register_forward_hook(lambda *a: calls.append(1))
+    metrics = trainer.step(trajs, rewards, groups)
+    assert len(calls) == metrics["micro_batches"] == 2 and metrics["reference_time"] < metrics["policy_time"]
+
+
+def test_step_rows_say_what_each_engine_computed(tmp_path, tok):
+    """Each step's row reports the policy engine's prefilled and decoded tokens (exact counts: every
+    response token was decoded once), its mean batch and seconds, and the update's throughput."""
+    from factrl.agents.rollout import RolloutParams, run_rollouts
+    from factrl.llm.local import LocalLLM
+
+    cfg = replace(TINY_CFG, steps=2, precision="fp32")
+    model = tiny_model(tok)
+    llm = LocalLLM(model_obj=model, tokenizer=tok, precision="fp32", model_name="tiny/row-policy")
+    params = RolloutParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0)
+    generated = []
+
+    def rollout(items, n):
+        trajs = run_rollouts(llm, [tok(p, add_special_tokens=False)["input_ids"] for p in items], None, params, n=n)
+        generated.append(sum(len(t.response_ids) for t in trajs))
+        return trajs
+
+    rows = train(GRPOTrainer(model, tok, cfg), ["Hello there", "Two plus two", "Is it so?"], rollout,
+                 checksum_reward, tmp_path, after_rollouts=llm.free_memory)
+    for row, tokens in zip(rows, generated):
+        assert row["engine_row_policy_decode_tokens"] == tokens
+        assert row["engine_row_policy_prefill_tokens"] > 0
+        assert 1 <= row["engine_row_policy_mean_batch"] <= cfg.prompts_per_step * cfg.group_size
+        assert row["engine_row_policy_time"] > 0 and row["update_tokens_per_s"] > 0
+    assert llm.prefix_cache is not None and len(llm.prefix_cache) == 0  # freed before each update
+
+
+def test_chunked_logprobs_never_compute_the_full_logits(tok, tiny):
+    """With ``chunked_logprobs`` the model's own head never runs in the update (its ``[b, T, V]``
+    output is what the lever avoids); without it, it runs once per micro-batch pass."""
+    trajs, rewards, groups = _batch(tok)
+    for chunked, expected in ((True, 0), (False, 2)):  # plain: the policy and the reference pass
+        calls = []
+        handle = tiny.lm_head.register_forward_hook(lambda *a: calls.append(1))
+        GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, kl_coef=0.01)).step(trajs, rewards, groups)
+        handle.remove()
+        assert len(calls) == expected, chunked
