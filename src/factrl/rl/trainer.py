@@ -162,11 +162,13 @@ def response_hidden(model, mb: MicroBatch) -> torch.Tensor:
 
 def plain_head(model) -> torch.nn.Module | None:
     """The output head when the logits are exactly ``hidden @ head.weight.T`` (Llama, Qwen, SmolLM2:
-    no bias, no soft-capping, no scaling), so log-probs can be computed from the hidden states;
+    no bias, no soft-capping, no scaling, no hook on the head), so log-probs can be computed from the hidden states;
     None otherwise (the trainer then takes the model's own logits)."""
     head = model.get_output_embeddings()
     config = getattr(model, "config", None)
     if head is None or getattr(head, "bias", None) is not None or not isinstance(head, torch.nn.Linear):
+        return None
+    if head._forward_hooks or head._forward_pre_hooks:  # something rewrites its output (a logit bias)
         return None
     if any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale")):
         return None
