@@ -28,7 +28,6 @@ import numpy as np
 from factrl.io import model_digest
 from factrl.rl.defects import plant
 from factrl.rl.params import AgentTrainParams, GRPOParams
-from factrl.rl.step_log import StepLog, write_history
 
 FINGERPRINT_FILE = "fingerprint.json"
 
@@ -131,6 +130,7 @@ def run_agent_training(
     from factrl.hardware import hardware_record, module_bytes
     from factrl.llm.local import LocalLLM
     from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.step_log import StepLog  # DVCLive: imported by a run, not by the rollout recipes
     from factrl.rl.trainer import GRPOTrainer, train
 
     state_dir = Path(state_dir)
@@ -187,6 +187,7 @@ def pass_on_unchanged(*, agent: str, init_model: str, items: list[dict], cfg: Ag
     unchanged (``out_model`` = ``init_model``), loudly, with empty curves, rather than stopping
     the whole pipeline."""
     from factrl.llm.models import load_model_and_tokenizer
+    from factrl.rl.step_log import write_history
 
     print(f"WARNING: {agent}: no training prompts this round; {out_model} = {init_model} unchanged", flush=True)
     prepare_state_dir(Path(state_dir), fingerprint(cfg, init_model, items, extra_fingerprint))  # DVC's out exists
