@@ -240,3 +240,12 @@ def test_the_layer_order_places_each_unit_once(tmp_path):
     (tmp_path / deps.LAYERS_DOC).write_text("no block here\n")
     with pytest.raises(ValueError, match="no ```layers block"):
         deps.read_layers(tmp_path)
+
+
+def test_no_code_dep_is_an_empty_file(repo_root):
+    """DVC warns "... is empty" for every empty file among a stage's deps, a dozen lines of every
+    `make demo` log that a user can do nothing about: a package's __init__.py says what it holds."""
+    _, doc = deps.load(repo_root / "dvc.yaml")
+    code = {deps.dep_path(d) for stage in deps.stages(doc) for d in stage.body.get("deps") or []
+            if deps.is_code(deps.dep_path(d), repo_root)}
+    assert code and [p for p in sorted(code) if (repo_root / p).stat().st_size == 0] == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -97,9 +98,19 @@ def embed_chunks(
 HNSW_EF_CONSTRUCTION = 200
 
 
+
+def import_faiss():
+    """The ``faiss`` module, its loader's lines silenced: at INFO level (which the evaluate stage's
+    logging shows) it logs each SIMD build it tries and fails to find ("Loading faiss with AVX512
+    support", "Could not load library ..."), four lines a user can do nothing about."""
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    import faiss
+
+    return faiss
+
 def hnsw_of(index):
     """The HNSW graph parameters of a FAISS index (through a refine wrapper), or None."""
-    import faiss
+    faiss = import_faiss()
 
     if hasattr(index, "base_index"):
         index = faiss.downcast_index(index.base_index)
@@ -107,7 +118,7 @@ def hnsw_of(index):
 
 
 def _new_faiss(kind: str, dim: int, count: int, hnsw_m: int = 32):
-    import faiss
+    faiss = import_faiss()
 
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
@@ -244,7 +255,7 @@ def build_index(
 
     Re-running after a kill resumes embedding from the last finished chunk.
     """
-    import faiss
+    faiss = import_faiss()
 
     passages, out_dir = Path(passages), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -417,7 +428,7 @@ class Retriever:
         return bm25s.BM25.load(str(self.dir / "bm25"))
 
     def _load_dense(self, embedder, ef_search, device):
-        import faiss
+        faiss = import_faiss()
 
         built_with = self.manifest.get("embedder")
         if built_with is None:
