@@ -48,7 +48,7 @@ OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "$"}
 REDIRECTIONS = {"<", ">", ">>", ">&", "&>", "<&"}
 FACTRL = {"factrl", ".venv/bin/factrl"}
 PYTHON = re.compile(r"^(?:\.venv/bin/|\$\(BIN\)/)?python(?:3(?:\.\d+)?)?$")
-OWN_PACKAGES = ("factrl", "stages", "flows")
+OWN_PACKAGES = ("factrl", "stages", "flows", "bench")
 
 
 @dataclass(frozen=True)
@@ -389,3 +389,34 @@ def test_readme_is_short_and_points_into_the_repository():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 160
     assert "../shared/DESIGN.md" not in text and "docs/design.md" in text
+
+
+def paragraphs(text: str) -> list[str]:
+    """The prose paragraphs of a markdown page: code blocks, tables, headings and list items left out."""
+    out, current, in_code = [], [], False
+    for line in text.splitlines() + [""]:
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code or line.startswith(("|", "#", "- ", "  ")) or not line.strip():
+            if current:
+                out.append(" ".join(current))
+            current = []
+            continue
+        current.append(line.strip())
+    return out
+
+
+def test_readme_is_short_with_short_paragraphs():
+    """At most 150 lines, no paragraph over 400 characters (691c2d1's had one of 794)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    long = [p[:60] for p in paragraphs(text) if len(p) > 400]
+    assert long == []
+    assert [len(p) for p in paragraphs("one\ntwo\n\n```\ncode\n```\n| a |\n" + "x " * 250)] == [7, 499]
+
+
+def test_every_benchmark_a_page_names_is_a_module():
+    named = {(page.name, m) for page in PAGES
+             for m in re.findall(r"python -m bench\.(\w+)", page.read_text(encoding="utf-8"))}
+    assert named and [n for n in sorted(named) if not (REPO / "bench" / f"{n[1]}.py").is_file()] == []
