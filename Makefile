@@ -27,7 +27,7 @@ export FACTRL_CACHE ?= $(CURDIR)/.cache/factrl
 # Stages that fan out with Prefect start a temporary API server: on 2 busy cores it needs more than 20 s.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup setup-demo demo demo-long eval-real test test-slow test-soak test-gpu test-gpu-bare bench clean
+.PHONY: setup setup-demo demo demo-long eval-real lint test test-slow test-soak test-gpu test-gpu-bare bench clean
 
 # What the pipeline runs on (`make demo`): CPU torch, factrl and its pinned dependencies, the GGUF.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
@@ -88,7 +88,13 @@ eval-real: setup-demo
 	$(BIN)/dvc repro
 	$(BIN)/python -m stages.evaluate params.yaml --real
 
-test: setup
+# ruff (pyproject's [tool.ruff]) and mypy (its [tool.mypy]: strict on a few packages, the typing debt
+# listed there) over the code; `make test` runs them before pytest. mypy's cache makes a rerun quick.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest
 
 test-slow: setup

@@ -21,7 +21,7 @@ import os
 import platform
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ class Measurement:
     def __init__(self, precision: str = "auto", device: str = "cpu", repo: Path = ROOT) -> None:
         self.precision, self.device = precision, device
         self.git = git_state(repo)  # the code that runs is the code at start
-        self.started = datetime.now(timezone.utc)
+        self.started = datetime.now(UTC)
         self.load_avg_start = list(os.getloadavg())
         self._t0 = time.perf_counter()
 

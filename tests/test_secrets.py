@@ -54,8 +54,8 @@ def teacher_reply(body: dict, k: int) -> str:
 @pytest.mark.slow  # a Prefect API starts for the flow (~20-60 s on a busy 2-core machine)
 def test_teacher_run_writes_the_key_nowhere(tmp_path, monkeypatch, capfd):
     from factrl import signatures
-    from factrl.recipes.teacher import open_teacher
     from factrl.orchestration.teacher import run_teacher
+    from factrl.recipes.teacher import open_teacher
     from factrl.recipes.teacher_params import TeacherParams
     from factrl.testing.prefect_harness import prefect_harness
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from factrl import verdicts
+from factrl import signatures, verdicts
 from factrl.agents import protocol
 from factrl.data import schemas
-from factrl import signatures
 
 
 def test_labels_have_one_home():

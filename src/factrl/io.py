@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
 # Read once at import (reading it means setting it, which is not thread-safe later on).
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)

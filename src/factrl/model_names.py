@@ -132,7 +132,7 @@ def load_with_base_model(cls: type[T], params_file: str | Path = PARAMS_FILE) ->
     agent's checkpoint: ``base`` or a model), the errors naming ``<section>.base_model``: what every
     stage that trains from a base model reads first (warmup, train_m2r, train_march, evaluate)."""
     params = load_section(cls, params_file)
-    where = f"{cls.PARAMS_KEY}.base_model"  # PARAMS_KEY: set by @params_section
+    where = f"{cls.PARAMS_KEY}.base_model"  # type: ignore[attr-defined]  # set by @params_section
     base = resolve_model(params.base_model, None, where=where, params_file=params_file)
     return dataclasses.replace(params, base_model=base)
 

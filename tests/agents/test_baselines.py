@@ -106,7 +106,7 @@ def test_rag_on_haris_eval_sample(local_llm, haris_eval_index):
     claims = read_claims_jsonl(HARIS_EVAL / "hover_2hop.jsonl").slice(0, 6).to_pylist()
     results = rag([c["claim"] for c in claims], llm=local_llm, retriever=Retriever(haris_eval_index, mode="bm25"))
     assert len(results) == 6
-    for c, r in zip(claims, results):
+    for _c, r in zip(claims, results):
         assert r.verdict in {"SUPPORTS", "REFUTES", None}
         assert r.contexts[0].count("Doc ") == 3
         if r.verdict is None:

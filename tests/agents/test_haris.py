@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from factrl.agents.haris import (
-    REASONING_SYSTEM, SEARCH_SYSTEM, Haris, default_reasoning_params, default_search_params, format_trace,
-    main, verify,
+    REASONING_SYSTEM,
+    SEARCH_SYSTEM,
+    Haris,
+    default_reasoning_params,
+    default_search_params,
+    format_trace,
+    main,
+    verify,
 )
 from factrl.agents.protocol import escape_tags, parse_reasoning, parse_search
 

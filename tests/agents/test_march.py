@@ -24,8 +24,8 @@ from factrl.agents.march import (
 )
 from factrl.rewards.march import zero_tolerance_reward
 from factrl.text import extract_numbers, normalize_number
-from tests.script_llm import ScriptLLM
 from tests.rl.tiny import tokenizer as tiny_tokenizer
+from tests.script_llm import ScriptLLM
 
 DOCS = (Document("Kavelo Works", "Kavelo Works was founded by Dira Mot in 1987. Its catalogue lists 12 product lines."),
         Document("Sutar Labs", "Sutar Labs was founded by Ilse Parrow in 1990."))

@@ -4,7 +4,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factrl.agents.protocol import (
-    ALL_TAGS, Segment, boxed_spans, escape_tags, extract_boxed, format_valid, parse_reasoning, parse_search,
+    ALL_TAGS,
+    Segment,
+    boxed_spans,
+    escape_tags,
+    extract_boxed,
+    format_valid,
+    parse_reasoning,
+    parse_search,
     parse_tags,
 )
 

@@ -10,9 +10,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from factrl import signatures
 from factrl.agents import debate, m2r, march, protocol
 from factrl.agents.baselines import parse_subclaims
-from factrl import signatures
 from tests.fuzz import tried
 
 TAGS = sorted(set(protocol.ALL_TAGS) | {"macro_tool_call", "key_info_save", "answer", "micro_tool_call",

@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from factrl.agents.haris import (
-    default_reasoning_params, default_search_params, reasoning_messages, search_messages,
+    default_reasoning_params,
+    default_search_params,
+    reasoning_messages,
+    search_messages,
 )
 from factrl.agents.rollout import RESULT_CLOSE, RESULT_OPEN, replay, run_rollouts
 from factrl.agents.tools import RetrieverTool

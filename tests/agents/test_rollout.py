@@ -43,7 +43,7 @@ def assert_mask_matches_turns(traj, tokenizer):
     assert len(traj.loss_mask) == len(traj.response_ids)
     runs = spans(traj)
     assert [("model" if m else "env") for m, _ in runs] == [r for r, _ in traj.turns]
-    for (m, ids), (role, text) in zip(runs, traj.turns):
+    for (_m, ids), (role, text) in zip(runs, traj.turns):
         assert tokenizer.decode(ids, skip_special_tokens=True) == text, (role, text)
     assert traj.response_text == "".join(t for _, t in traj.turns)
 

@@ -58,8 +58,8 @@ def test_m2r_by_hops_stage1_has_fewest_hops_and_keeps_labels(train):
     s1, s2 = stages["m2r_stage1"], stages["m2r_stage2"]
     assert s1.num_rows + s2.num_rows == train.num_rows
     for label in ("SUPPORTS", "REFUTES"):
-        h1 = [h for h, l in zip(s1.column("num_hops").to_pylist(), s1.column("label").to_pylist()) if l == label]
-        h2 = [h for h, l in zip(s2.column("num_hops").to_pylist(), s2.column("label").to_pylist()) if l == label]
+        h1 = [h for h, lab in zip(s1.column("num_hops").to_pylist(), s1.column("label").to_pylist()) if lab == label]
+        h2 = [h for h, lab in zip(s2.column("num_hops").to_pylist(), s2.column("label").to_pylist()) if lab == label]
         assert max(h1) <= min(h2)  # fewer hops first, within each label
     l1, l2 = Counter(s1.column("label").to_pylist()), Counter(s2.column("label").to_pylist())
     assert abs(l1["SUPPORTS"] - l1["REFUTES"]) <= 1 and abs(l2["SUPPORTS"] - l2["REFUTES"]) <= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from factrl.data.multihop import read_qa_jsonl, world_items, world_question

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from factrl.data import synthesis
 from factrl.data.schemas import QA_PAIRS
 from factrl.signatures import PseudoAnswer
-
 
 # the teacher fakes answer with the real result type of factrl.signatures.pseudo_answers
 Answer = PseudoAnswer

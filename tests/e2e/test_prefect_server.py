@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
+from factrl.testing.pipeline_repo import edit_params
 from factrl.testing.servers import free_port
 from tests.e2e.test_pipeline import pipeline_repo  # noqa: F401 - fixture
-from factrl.testing.pipeline_repo import edit_params
 
 pytestmark = pytest.mark.slow
 

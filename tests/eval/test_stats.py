@@ -9,8 +9,14 @@ import pytest
 from scipy import stats as sp
 
 from factrl.data.splits import cv_splits
-from factrl.eval.stats import (agreement_rate, factual_consistency_ratio, hallucination_rate, paired_tests,
-                               run_metrics, summary)
+from factrl.eval.stats import (
+    agreement_rate,
+    factual_consistency_ratio,
+    hallucination_rate,
+    paired_tests,
+    run_metrics,
+    summary,
+)
 
 A = [0.61, 0.58, 0.66, 0.70, 0.55, 0.63, 0.59, 0.68, 0.64, 0.60, 0.57, 0.65, 0.62, 0.69, 0.56]
 B = [0.57, 0.59, 0.60, 0.66, 0.50, 0.61, 0.58, 0.62, 0.60, 0.55, 0.58, 0.60, 0.57, 0.64, 0.55]

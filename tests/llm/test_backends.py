@@ -32,9 +32,9 @@ def test_an_llm_spec_names_its_endpoint_wherever_a_model_is_opened():
     """``openai:MODEL@URL`` as the model of any open_llm caller (the warmup / synthesize teacher, an
     SC-MAKS pool member, the served search agent) opens that endpoint, token-level when the served
     model's tokenizer loads; the backend named beside it does not matter."""
-    from factrl.recipes.teacher import open_teacher
     from factrl.recipes.scmaks import open_pool
     from factrl.recipes.scmaks_params import MemberParams
+    from factrl.recipes.teacher import open_teacher
     from factrl.recipes.teacher_params import TeacherParams
 
     url = "http://127.0.0.1:9/v1"

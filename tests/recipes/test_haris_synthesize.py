@@ -15,12 +15,12 @@ from factrl.data.params import WorldParams
 from factrl.data.splits import balanced_subset
 from factrl.data.world_claims import generate_claims
 from factrl.llm.base import Completion
-from factrl.signatures import PseudoAnswer
 from factrl.model_names import RoundParams
 from factrl.orchestration.teacher import TeacherBatchError
 from factrl.recipes import haris_synthesize as recipe
 from factrl.recipes.haris_params import SynthesizeParams
 from factrl.recipes.haris_rounds import find_round
+from factrl.signatures import PseudoAnswer
 from factrl.testing.prefect_harness import prefect_harness
 
 
@@ -95,7 +95,7 @@ def claims():
 def rollout_fn(table_rows):
     """Three questions per claim; every 6th claim asks nothing, some ask unanswerable/garbled ones."""
     out = []
-    for i, c in enumerate(table_rows):
+    for c in table_rows:
         n = int(c["id"][-3:])
         if n % 6 == 0:
             out.append([])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factrl.signatures import LLMJudge, RuleJudge, make_judge
 from factrl.rewards.haris import search_rewards
+from factrl.signatures import LLMJudge, RuleJudge, make_judge
 
 QUESTION = "In which city was the physicist Lise Meitner born?"
 ANSWER = "Vienna"

@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from factrl.agents.rollout import RolloutParams, run_rollouts
+from factrl.llm.local import LocalLLM
 from factrl.rewards.registry import RewardResult
 from factrl.rl.advantages import grpo_advantages
 from factrl.rl.defects import PLANTED_DEFECTS, flip_scores, plant, shuffle_scores, unmask
 from factrl.rl.trainer import GRPOTrainer, train
-from factrl.agents.rollout import RolloutParams, run_rollouts
-from factrl.llm.local import LocalLLM
 from tests.rl.tiny import TINY_CFG, tiny_model
 
 

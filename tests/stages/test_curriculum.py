@@ -13,8 +13,8 @@ from dvc.repo import Repo
 from factrl.data.params import WorldParams
 from factrl.data.world_claims import generate_claims
 from factrl.io import write_parquet
-from stages import curriculum
 from factrl.testing.pipeline_repo import edit_params, make_pipeline_repo
+from stages import curriculum
 
 
 def test_stage_writes_pieces_and_manifest(tmp_path, monkeypatch):

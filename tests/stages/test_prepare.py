@@ -33,7 +33,7 @@ def test_files_source_splits_stratified(tmp_path, monkeypatch, shared_data):
         assert abs(t.num_rows - share * total) <= 2
         assert set(t.column("split").to_pylist()) == {name}
     # label balance is kept within one claim per stratum
-    full = Counter(l for t in splits.values() for l in t.column("label").to_pylist())
+    full = Counter(lab for t in splits.values() for lab in t.column("label").to_pylist())
     train = Counter(splits["train"].column("label").to_pylist())
     for label, n in full.items():
         assert abs(train[label] - 0.6 * n) <= 1

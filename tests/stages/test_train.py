@@ -273,7 +273,7 @@ def test_a_kept_final_checkpoint_lets_a_longer_run_continue(tmp_path):
     assert (tmp_path / "run" / "x" / "ck" / "checkpoints" / "step-000002").is_dir()
     longer = _tiny_run(tmp_path / "run" / "x", None, steps=3, keep_final_checkpoint=True)
     assert longer.resumed and [r["step"] for r in longer.rows] == [1, 2, 3]
-    straight = _tiny_run(tmp_path / "straight" / "x", None)
+    _tiny_run(tmp_path / "straight" / "x", None)
     assert not (tmp_path / "straight" / "x" / "ck" / "checkpoints").exists()
     a = load_file(tmp_path / "straight" / "x" / "model" / "model.safetensors")
     b = load_file(tmp_path / "run" / "x" / "model" / "model.safetensors")

@@ -381,7 +381,7 @@ class Debate:
         turns = [(s, m) for s in states for m in self.members]
         prompts = [debate_messages(m, role, s.claim, s.evidence, s.rounds) for s, m in turns]
         loops = []
-        for stream, ((s, m), messages) in enumerate(zip(turns, prompts)):
+        for stream, ((_s, m), messages) in enumerate(zip(turns, prompts)):
             params = RolloutParams(max_turns=0, max_new_tokens=p.debate_max_tokens,
                                    max_context_tokens=p.max_context_tokens, end_tags=("</verification>",),
                                    response_prefix="<think>", temperature=m.temperature,
@@ -449,7 +449,7 @@ def transcript_rows(states: Sequence[ClaimState], members: Sequence[Member], ext
 
         def row(rnd: int, phase: str, member: str, a: Answer, sample: int = 0) -> dict:
             m = by_name.get(member)
-            return base | {"round": rnd, "phase": phase, "member": member, "system": m.system if m else None,
+            return base | {"round": rnd, "phase": phase, "member": member, "system": m.system if m else None,  # noqa: B023  (row runs within this iteration)
                            "model": m.model if m else None, "sample": sample} | asdict(a) | {
                 # an empty reply is a format failure like any other; the transcripts hold no empty text
                 "text": a.text if a.text and a.text.strip() else None}

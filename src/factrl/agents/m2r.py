@@ -35,8 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from factrl.agents.loop import AgentLoop, run_loops
-from factrl.agents.protocol import (Segment, boxed_spans, escape_tags, parse_tags, sequence_error, span_error,
-                                    tag_regex)
+from factrl.agents.protocol import (
+    Segment,
+    boxed_spans,
+    escape_tags,
+    parse_tags,
+    sequence_error,
+    span_error,
+    tag_regex,
+)
 from factrl.agents.rollout import RolloutParams, Trajectory, agent_loop, chat_prompt_ids
 from factrl.agents.tools import RetrieverTool, Toolbox
 from factrl.llm.base import Message

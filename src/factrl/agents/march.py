@@ -373,7 +373,7 @@ def march_loop(llm, item: MarchItem, params: MarchParams, *, stream: int = 0,
 
 def run_march(llm, items: Sequence[MarchItem], params: MarchParams, *, n: int = 1,
               train_roles: Sequence[str] = ("solver", "checker")) -> list[MarchEpisode]:
-    """``n`` MARCH episodes per item (item-major): :func:`march_loop`\ s on one scheduler, so each
+    r"""``n`` MARCH episodes per item (item-major): :func:`march_loop`\ s on one scheduler, so each
     role's turns of all episodes share the engine's batches."""
     return run_loops([march_loop(llm, item, params, stream=i * n + j, train_roles=train_roles)
                       for i, item in enumerate(items) for j in range(n)])

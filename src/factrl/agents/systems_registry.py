@@ -23,8 +23,8 @@ from factrl.agents import baselines
 from factrl.agents.haris import Haris
 from factrl.agents.rollout import Trajectory
 from factrl.llm.base import SamplingParams
-from factrl.signatures import VERIFY_PARAMS
 from factrl.registry import Registry
+from factrl.signatures import VERIFY_PARAMS
 from factrl.verdicts import verdict_word
 
 HARIS = "haris"

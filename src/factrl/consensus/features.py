@@ -112,7 +112,8 @@ class FeatureSet:
 
 
 def _sign(verdict: str | None) -> float:
-    return {SUPPORTS: 1.0, REFUTES: -1.0}.get(verdict, 0.0)
+    signs: dict[str | None, float] = {SUPPORTS: 1.0, REFUTES: -1.0}
+    return signs.get(verdict, 0.0)
 
 
 def _share_same(verdicts: Sequence[str | None], i: int) -> float:

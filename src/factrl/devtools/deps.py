@@ -73,6 +73,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CODE_ROOTS = ("stages", "flows", "src/factrl")  # the repository's code: deps under these are generated
 SOURCE_ROOTS = ("", "src")  # where top-level modules are found (stages, flows at the root; factrl in src)
@@ -270,7 +271,7 @@ def stage_closure(stage: Stage, root: Path, cache: dict | None = None) -> list[s
     return sorted(p.as_posix() for p in resolver.closure(entry_point(stage.body["cmd"], resolver)))
 
 
-def load(path: Path):
+def load(path: Path) -> tuple[Any, Any]:
     from ruamel.yaml import YAML
 
     yaml = YAML()
@@ -358,7 +359,7 @@ def import_cycles(root: Path, under: str = "src/factrl") -> list[list[str]]:
             elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
+            component: list[str] = []
             while not component or component[-1] != v:
                 component.append(stack.pop())
             if len(component) > 1:
@@ -400,6 +401,12 @@ def _unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+def _path(resolver: Resolver, module: str) -> str:
+    found = resolver.find(module)
+    assert found is not None, module  # a module of the import graph is a file of the repository
+    return found.path.as_posix()
+
+
 def layer_breaks(root: Path, layers: list[tuple[str, list[str]]] | None = None) -> list[str]:
     """Every import of ``src/factrl`` against the layer order (see the module docstring), one line each."""
     layers = read_layers(root) if layers is None else layers
@@ -417,7 +424,7 @@ def layer_breaks(root: Path, layers: list[tuple[str, list[str]]] | None = None) 
             if here == there or here not in level or there not in level or level[there] < level[here]:
                 continue
             where = "a peer in the same layer" if level[there] == level[here] else "a higher layer"
-            breaks.append(f"{resolver.find(module).path} ({names[here]}) imports {resolver.find(other).path} "
+            breaks.append(f"{_path(resolver, module)} ({names[here]}) imports {_path(resolver, other)} "
                           f"({names[there]}): {where}")
     return breaks
 

@@ -98,7 +98,7 @@ class Batcher:
                     break
                 try:
                     pending.append(await asyncio.wait_for(self._queue.get(), timeout))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             # requests queued while the model is busy are picked up right after this batch; a caller
             # that has gone (its future cancelled by answer_unless_gone) takes no slot in it

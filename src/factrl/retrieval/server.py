@@ -33,7 +33,13 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, field_validator
 
 from factrl.retrieval.index import Hit, Retriever
-from factrl.servers import BodyLimit, UnsafeBind, answer_invalid_bodies_cleanly, bearer_dependency, required_token
+from factrl.servers import (
+    BodyLimit,
+    UnsafeBind,
+    answer_invalid_bodies_cleanly,
+    bearer_dependency,
+    required_token,
+)
 
 TOKEN_ENV = "FACTRL_RETRIEVER_TOKEN"  # the bearer token of a retriever bound beyond loopback
 
@@ -108,7 +114,7 @@ class MicroBatcher:
                     break
                 try:
                     item = await asyncio.wait_for(self.queue.get(), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             batch.append(item)
             size += len(item.queries)

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from factrl.io import model_digest
 from factrl.rl import verl_backend
 from factrl.rl.params import GRPOParams, VerlParams
-from factrl.io import model_digest
 from factrl.rl.runs import RunResult, fingerprint, pass_on_unchanged, prepare_state_dir
 
 METRICS_GLOB = "verl_metrics_*.jsonl"
