@@ -199,7 +199,10 @@ def run_config(args, levers: dict[str, bool]) -> dict:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         rows = train(trainer, items, rollout_fn, reward_fn, Path(tmp) / "run",
-                     after_rollouts=policy.free_memory if cfg.free_caches else policy.release)
+                     after_rollouts=policy.free_memory if cfg.free_caches else policy.release,
+                     on_step=lambda row: print(f"  {levers}: step {row['step']} {row['step_time']:.1f} s "
+                                               f"(rollout {row['rollout_time']:.1f} s, update {row['train_time']:.1f} s)",
+                                               file=sys.stderr, flush=True))
         peak = (torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # KiB -> GiB
         hidden = policy_model.config.hidden_size
