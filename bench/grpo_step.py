@@ -28,8 +28,8 @@ pyarrow; the retriever is then a word-overlap scan of the same world's passages)
 counts the tokens the policy's passes ran over (padding included); the GEMM-bound ceiling for that
 is ``matmul_gflops / (6 * params)`` (forward 2, backward 4 flops per parameter per token).
 
-Usage: python bench/grpo_step.py [--profile demo|hard] [--steps 4] [--lever-steps 2] [--device cpu]
-                                 [--tiny] [--out bench/results/grpo_step.json]
+Usage: python -m bench.grpo_step [--profile demo|hard] [--steps 4] [--lever-steps 2] [--device cpu]
+                                  [--tiny] [--out bench/results/grpo_step.json]
 The hard profile's trainer peaks at 18-20 GB: run it only on a machine with room for it.
 """
 
@@ -246,9 +246,10 @@ def child(args, levers: dict[str, bool]) -> dict:
     """Run one configuration in a fresh interpreter, so its peak memory is its own."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    cmd = [sys.executable, __file__, "--child", json.dumps(levers), "--child-out", str(out), "--profile", args.profile,
+    cmd = [sys.executable, "-m", "bench.grpo_step", "--child", json.dumps(levers), "--child-out", str(out), "--profile", args.profile,
            "--steps", str(args.steps), "--device", args.device] + (["--tiny"] if args.tiny else [])
-    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1],
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     result = json.loads(out.read_text())
     out.unlink()
     return result
@@ -269,9 +270,7 @@ def main() -> None:
         args.child_out.write_text(json.dumps(run_config(args, json.loads(args.child))))
         return
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _measured import Measurement
-
+    from bench._measured import Measurement
     from factrl.hardware import resolve_device
 
     measured = Measurement("auto", args.device)
