@@ -130,7 +130,8 @@ def parse_batch(body: bytes, max_claim_chars: int) -> list[ClaimItem]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise HTTPException(422, f"body: invalid UTF-8 at byte {err.start}") from None
-    items, ids = [], {}
+    items: list[ClaimItem] = []
+    ids: dict[str, int] = {}  # id -> the line that gave it
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -302,11 +303,14 @@ def correct(body: CorrectionRequest, service: ServiceDep) -> dict:
             raise HTTPException(422, f"passage_id: {body.passage_id!r} is not cited by this result "
                                      f"(cited: {sorted(cited)})")
         quote = cited[body.passage_id]
+    provenance = service.provenance[job.checkpoint]
     try:
         stored = service.corrections.add(Correction(
             reviewer=body.reviewer, claim=result["claim"], original_verdict=result.get("verdict"),
             corrected_verdict=body.corrected_verdict, passage_id=body.passage_id, quote=quote,
-            job_id=job.id, note=body.note, checkpoint=job.checkpoint, **service.provenance[job.checkpoint]))
+            job_id=job.id, note=body.note, checkpoint=job.checkpoint,
+            checkpoint_hash=provenance["checkpoint_hash"], index_hash=provenance["index_hash"],
+            params_hash=provenance["params_hash"]))
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
     return vars(stored) | {"accepted": stored.accepted}
