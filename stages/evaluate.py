@@ -42,7 +42,8 @@ def main(params_file: str = "params.yaml", *, real_only: bool = False,
                                     traces_path=Path(f"reports/traces{tag}.html"),
                                     title="Evaluation on the real claim sets" if real_only else "Evaluation",
                                     notes=run.notes, reward_points=run.reward_points,
-                                    calibration_path=Path(f"metrics/calibration{tag}.json"), calibration_maps=run.maps)
+                                    calibration_path=Path(f"metrics/calibration{tag}.json"), calibration_maps=run.maps,
+                                    abstain=run.abstain)
     for kind, path in written.items():
         print(f"evaluate: {kind} -> {path}")
     return {k: str(v) for k, v in written.items()}

@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
     "serve-llm": Command("factrl.llm.serve", "serve a local model as an OpenAI-compatible API"),
     "traces": Command("factrl.eval.traces", "a static HTML page to browse rollouts: ROLLOUTS.parquet -o traces.html"),
     "evaluate": Command("factrl.eval.cli", "evaluate systems on any claim file: --claims --passages --out"),
-    "verify": Command("factrl.agents.haris", 'verify one claim with HARIS and print the trace: verify "CLAIM"'),
+    "verify": Command("factrl.verify.command", 'verify one claim with HARIS: the trace, then the verdict or NOT ENOUGH INFO: verify "CLAIM"'),
     "profile": Command("factrl.profiles", "merge profiles/<name>.yaml (tiny, long, hard, paper) into params.yaml"),
     "eval-table": Command("factrl.eval.report", "print the per-hop accuracy table of metrics/eval.json (--dataset demo)"),
     "train-summary": Command("factrl.rl.curves", "how each curve in metrics/train moved (--block N: block means)"),

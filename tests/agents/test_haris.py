@@ -162,3 +162,4 @@ def test_cli_verify_sends_each_agent_where_its_spec_says(demo_world, script_llm,
                  "--search-model", "openai:other@http://h:2/v1"]) == 0
     assert loaded == ["openai:served@http://h:1/v1", "openai:other@http://h:2/v1"]
     assert "VERDICT: SUPPORTS" in capsys.readouterr().out
+

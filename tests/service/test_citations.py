@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from factrl.retrieval.index import Hit
-from factrl.service.citations import cite, sentence_spans
+from factrl.agents.citations import cite, sentence_spans
 from factrl.testing.service_fakes import app_of, make_service, wait_done
 
 
@@ -149,12 +149,12 @@ def test_every_citation_on_50_demo_claims_quotes_a_passage_that_claim_retrieved(
 def test_the_50_claim_check_catches_citations_from_another_claims_search(world50, tmp_path, script_llm, monkeypatch):
     """The check above bites: with citation candidates taken from every search of the batch (a
     plausible bug) instead of the claim's own, the misreported passages get cited and it fails."""
-    import factrl.service.engine as engine
+    import factrl.agents.evidence as evidence
 
     def every_hit_of_the_batch(search, recorded):
         return [h for hits in recorded.values() for h in hits]
 
-    monkeypatch.setattr(engine, "seen_hits", every_hit_of_the_batch)
+    monkeypatch.setattr(evidence, "seen_hits", every_hit_of_the_batch)
     with pytest.raises(AssertionError, match="did not retrieve"):
         run_50_claims_with_a_misreporting_agent(world50, tmp_path, script_llm)
 

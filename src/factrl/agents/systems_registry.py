@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 from factrl.agents import baselines
 from factrl.agents.haris import Haris
 from factrl.agents.rollout import Trajectory
+from factrl.agents.tools import RetrieverTool
 from factrl.llm.base import SamplingParams
 from factrl.registry import Registry
 from factrl.signatures import VERIFY_PARAMS
 from factrl.verdicts import verdict_word
+from factrl.agents.abstain import Grounding
+from factrl.agents.evidence import RecordingRetriever, run_evidence
 
 HARIS = "haris"
 
@@ -44,6 +47,10 @@ class ClaimRun:
     raw_confidence: the system's own probability that ``verdict`` is right, in [0, 1] (HARIS: the
         verdict token's, ``factrl.agents.confidence``; 0.0 without a verdict); None for systems
         that give none (the baselines). Uncalibrated: ``factrl.eval.calibration`` maps it.
+    grounding: how far the run's citations bear on the claim (HARIS: ``factrl.agents.abstain.grounding``
+        over the sentences its searches read, ``factrl.agents.evidence``), what ``evaluate`` decides NOT
+        ENOUGH INFO from; None for systems that cite nothing (the baselines).
+    searched: the run's search queries (HARIS), what a NOT ENOUGH INFO answer says was searched.
     """
 
     verdict: str | None
@@ -54,6 +61,8 @@ class ClaimRun:
     raw_confidence: float | None = None
     text: str = ""
     error: str | None = None
+    grounding: Grounding | None = None
+    searched: list[str] = field(default_factory=list)
 
 
 def seed_for(temperature: float, seed: int | None) -> int | None:
@@ -173,13 +182,21 @@ def _call_trace(result) -> Trajectory:
 def haris_runs(claims: list[str], reason_llm, search_llm, retriever, *, top_k: int, max_new_tokens: int,
                max_turns: int, temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
     """HARIS (``factrl.agents.haris``) over ``claims`` with both agents at the same per-turn and
-    per-rollout limits; ``search_llm`` None: the reasoning agent's model searches too."""
-    haris = Haris.with_limits(reason_llm, retriever, search_llm=search_llm, top_k=top_k,
+    per-rollout limits; ``search_llm`` None: the reasoning agent's model searches too. Each run carries
+    its grounding (the retriever is recorded for the batch, so citations come from each claim's own
+    searches, as ``factrl serve`` cites them)."""
+    if isinstance(retriever, RetrieverTool):  # a tool handed in: record the retriever behind it
+        recorder = RecordingRetriever(retriever.retriever)
+        searcher = RetrieverTool(recorder, k=retriever.k, stop_tag=retriever.stop_tag)
+    else:
+        recorder = searcher = RecordingRetriever(retriever)
+    haris = Haris.with_limits(reason_llm, searcher, search_llm=search_llm, top_k=top_k,
                               max_new_tokens=max_new_tokens, max_turns=max_turns, temperature=temperature,
                               seed=seed_for(temperature, seed))
     out = []
     for res in haris.verify(list(claims)):
         searches = [s for s in res.searches if s is not None]
+        evidence = run_evidence(res, recorder.hits)
         trajs = [("reasoning", res.trajectory, res.parse.format_valid)]
         trajs += [("search", s.trajectory, s.parse.format_valid) for s in searches]
         out.append(ClaimRun(
@@ -187,5 +204,6 @@ def haris_runs(claims: list[str], reason_llm, search_llm, retriever, *, top_k: i
             searches=sum(s.trajectory.num_tool_calls for s in searches),
             format_valid=res.parse.format_valid, trajectories=trajs, raw_confidence=res.raw_confidence,
             text=res.trajectory.response_text, error=res.parse.error,
+            grounding=evidence.grounding(), searched=evidence.searched,
         ))
     return out

@@ -22,13 +22,15 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
                   traces_path: Path, title: str, notes: Sequence[str] = (),
                   reward_points: Sequence[Mapping] = (), predictions_path: Path | None = None,
                   gains: Mapping | None = None, gains_path: Path | None = None,
-                  calibration_path: Path | None = None, calibration_maps: Mapping | None = None) -> dict[str, Path]:
+                  calibration_path: Path | None = None, calibration_maps: Mapping | None = None,
+                  abstain=None) -> dict[str, Path]:
     """metrics JSON, the markdown report (Table 1 layout), plots, and the trace page; with
     ``predictions_path`` every claim's verdict per system (Parquet), with ``gains_path`` the paired
     gains (:func:`factrl.eval.runner.paired_gains`); with ``calibration_path`` the calibration
     measurements of :func:`~factrl.eval.calibration_run.apply_calibration` (JSON: reliability bins and
     coverage curves per dataset, system and hop, and each map's method and size), a reliability plot
-    and a report section."""
+    and a report section; with ``abstain`` (``factrl.agents.abstain.AbstainParams``, the rules the
+    predictions were decided with) a section on abstention: coverage and accuracy on the answered claims."""
     import os
 
     from factrl.eval import plots
@@ -66,6 +68,10 @@ def write_outputs(result: EvalResult, *, metrics_path: Path, report_path: Path, 
                                                        plots_dir / "reliability.png")
             images.append(written["reliability_plot"])
             sections.append(("Calibrated confidence", calibration_markdown(result.calibration, maps)))
+    if abstain is not None and any(p.get("abstained") is not None for p in result.predictions):
+        from factrl.eval.abstention import abstention_markdown
+
+        sections.append(("Not enough evidence (abstention)", abstention_markdown(result.predictions, abstain)))
     rel = [os.path.relpath(p, report_path.parent) for p in images]
     written["report"] = write_report(result.rows, report_path, title=title, notes=notes, plots=rel,
                                      sections=sections)

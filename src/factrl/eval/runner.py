@@ -136,11 +136,16 @@ class EvalResult:
 # verdict: SUPPORTS | REFUTES | null (none); questions / searches: as ClaimRun's; raw_confidence: the
 # system's own P(verdict is right) (ClaimRun.raw_confidence; null for systems without one);
 # confidence: raw_confidence through the checkpoint's calibration map (metrics/calibration/; null
-# when evaluate.calibration is off or the system has no map)
+# when evaluate.calibration is off or the system has no map); outcome: the verdict, or NOT ENOUGH INFO
+# where params abstain decided the run's evidence too thin (factrl.eval.abstention); abstained: which
+# (null for systems without citations, the baselines); subject_cited / answered_share: the grounding
+# that decision read (factrl.agents.abstain.Grounding)
 PREDICTIONS = pa.schema([("dataset", pa.string()), ("system", pa.string()), ("claim_id", pa.string()),
                          ("num_hops", pa.int64()), ("label", pa.string()), ("verdict", pa.string()),
                          ("questions", pa.int64()), ("searches", pa.int64()), ("format_valid", pa.bool_()),
-                         ("raw_confidence", pa.float64()), ("confidence", pa.float64())])
+                         ("raw_confidence", pa.float64()), ("confidence", pa.float64()),
+                         ("outcome", pa.string()), ("abstained", pa.bool_()), ("subject_cited", pa.bool_()),
+                         ("answered_share", pa.float64())])
 
 
 def _trace_rows(dataset: str, system: str, claim_id: str, label: str, run: ClaimRun) -> list[dict]:
@@ -182,7 +187,10 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
                                     "num_hops": hops[i], "label": labels[i], "verdict": run.verdict,
                                     "questions": run.questions, "searches": run.searches,
                                     "format_valid": run.format_valid, "raw_confidence": run.raw_confidence,
-                                    "confidence": None})
+                                    "confidence": None, "grounding": run.grounding,
+                                    "outcome": run.verdict, "abstained": None,
+                                    "subject_cited": run.grounding.subject_cited if run.grounding else None,
+                                    "answered_share": run.grounding.answered_share if run.grounding else None})
                 if i < trace_claims:
                     traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], run)
             for hop, idx in _hop_groups(hops):

@@ -30,12 +30,14 @@ from typing import Any
 
 from factrl.config import ConfigError
 from factrl.eval import calibration_run, runner
+from factrl.eval.abstention import abstention_rows, apply_abstention
 from factrl.eval.params import EvalSetParams, EvaluateParams
 from factrl.eval.stats import consensus_rows
 from factrl.eval.systems import build_systems, load_llm
 from factrl.hardware import resolve_device, resolve_precision
 from factrl.model_names import resolve_model
 from factrl.rl.step_log import curve_dirs, read_history
+from factrl.agents.abstain import AbstainParams, load_abstain_params
 
 log = logging.getLogger(__name__)
 
@@ -165,20 +167,25 @@ class EvaluateRun:
     """What :func:`run_evaluate` returns, the arguments of ``factrl.eval.outputs.write_outputs``:
     ``result`` the runner's rows, predictions and traces (calibrated, with the SC-MAKS rows), ``gains``
     dataset -> "later vs earlier" -> hop -> paired gain, ``maps`` system name -> calibration map,
-    ``notes`` the report's lines, ``reward_points`` the training curves' points (:func:`reward_points`)."""
+    ``notes`` the report's lines, ``reward_points`` the training curves' points (:func:`reward_points`),
+    ``abstain`` the NOT ENOUGH INFO rules the predictions were decided with."""
 
     result: runner.EvalResult
     gains: dict
     maps: dict
     notes: list[str]
     reward_points: list[dict] = field(default_factory=list)
+    abstain: AbstainParams = field(default_factory=AbstainParams)
 
 
 def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml", *, real_only: bool = False,
-                 llm_loader: Callable[[str], Any] | None = None) -> EvaluateRun:
+                 llm_loader: Callable[[str], Any] | None = None, abstain: AbstainParams | None = None) -> EvaluateRun:
     """Evaluate ``sets`` (plus ``real_sets`` when ``real`` is on), or with ``real_only`` the
     ``real_sets`` alone (``make eval-real``, with the maps the stage saved); ``llm_loader`` (model spec
-    -> LLM) replaces :func:`factrl.eval.systems.load_llm` (tests). Writes only the calibration maps."""
+    -> LLM) replaces :func:`factrl.eval.systems.load_llm` (tests). ``abstain``: when a HARIS verdict
+    becomes NOT ENOUGH INFO (default: params ``abstain`` of ``params_file``). Writes only the
+    calibration maps."""
+    abstain = abstain if abstain is not None else load_abstain_params(params_file)
     sets, skipped = load_sets(params, real_only=real_only)
     if not sets:
         raise FileNotFoundError("evaluate: no eval set to run" + (f" ({'; '.join(skipped)})" if skipped else ""))
@@ -199,6 +206,9 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
                              batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
     if params.calibration.enabled:
         calibration_run.apply_calibration(result, maps)
+    # NOT ENOUGH INFO where a run's citations do not bear on its claim, on the calibrated confidence
+    apply_abstention(result.predictions, abstain)
+    result.rows += abstention_rows(result.predictions)
     # SC-MAKS, majority vote, uniform vote, best single member: stage fit_consensus's eval-split verdicts
     result.rows += consensus_rows(CONSENSUS_PREDICTIONS, n_boot=params.n_boot, seed=params.seed)
     notes = [
@@ -213,6 +223,7 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
         f"(precision: {params.precision})",
         f"wall time: {sum(result.seconds.values()):.0f} s",
         *calibration_notes,
+        "abstention (NOT ENOUGH INFO): " + ", ".join(f"{k} {v}" for k, v in abstain.rules().items()),
     ]
     # what each HARIS checkpoint adds to the one before it (base -> warm -> trained), paired over
     # the same claims: the figure that shows what a stage of training did
@@ -225,7 +236,7 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
             notes.append(f"{dataset}: {pair}, paired over the same {pooled['n']} claims: "
                          f"{100 * pooled['mean']:+.1f} points [{100 * pooled['ci95'][0]:+.1f}, "
                          f"{100 * pooled['ci95'][1]:+.1f}]")
-    return EvaluateRun(result, gains, maps, notes, reward_points())
+    return EvaluateRun(result, gains, maps, notes, reward_points(), abstain)
 
 
 def _saved_maps(checkpoints: list) -> dict:

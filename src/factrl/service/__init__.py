@@ -4,7 +4,7 @@
   checkpoints it names, resolved as everywhere else (``base``, ``warm``, ``last``, ``openai:MODEL@URL``);
 * :mod:`~factrl.service.engine`: one checkpoint pair as a batched verifier: HARIS over the index, each
   claim's verdict with its citations, trace, tokens and cost;
-* :mod:`~factrl.service.citations`: the sentence of a retrieved passage that backs a search report;
+* :mod:`~factrl.agents.citations`: the sentence of a retrieved passage that backs a search report;
 * :mod:`~factrl.service.usage`: model calls, tokens and cost of a trajectory;
 * :mod:`~factrl.service.confidence`: the raw score of a run and its calibration;
 * :mod:`~factrl.service.decompose`: a text split into claims with character offsets;

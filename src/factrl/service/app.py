@@ -75,6 +75,7 @@ def create_app(service: Service) -> FastAPI:
 def build_service(params: ServeParams, params_file: str | Path = "params.yaml", *, token: str | None = None,
                   load_llm=None) -> Service:
     """The real service: the checkpoints of ``params`` loaded, the index opened, the worker started."""
+    from factrl.agents.abstain import load_abstain_params
     from factrl.hardware import resolve_device
     from factrl.llm.backends import load_llm as open_llm
     from factrl.retrieval.index import MANIFEST, Retriever
@@ -100,12 +101,13 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
         def load_llm(spec: str):
             return open_llm(spec, device=device, precision=params.precision, disk_cache=disk_cache)
     retriever = Retriever(params.index, mode=params.retrieval_mode)
+    calibrations = {c.name: Calibration.load(params.calibration_dir, c.name) for c in checkpoints}
     verifiers = load_verifiers(checkpoints, retriever, load_llm=load_llm, top_k=params.top_k,
-                               max_turns=params.max_turns, max_new_tokens=params.max_new_tokens, prices=params.prices)
+                               max_turns=params.max_turns, max_new_tokens=params.max_new_tokens, prices=params.prices,
+                               abstain=load_abstain_params(params_file), calibrations=calibrations)
     index_digest, params_digest = index_hash(params.index), params_hash(params)
     provenance = {c.name: {"checkpoint_hash": f"{model_hash(c.reason)}+{model_hash(c.search)}",
                            "index_hash": index_digest, "params_hash": params_digest} for c in checkpoints}
-    calibrations = {c.name: Calibration.load(params.calibration_dir, c.name) for c in checkpoints}
     info = {"models": {c.name: {"reason": c.reason, "search": c.search} for c in checkpoints},
             "calibrated": {name: cal.calibrated for name, cal in calibrations.items()}}
     return start_service(params, verifiers, provenance, token=token, calibrations=calibrations, info=info)

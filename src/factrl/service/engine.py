@@ -4,11 +4,13 @@ The claims of a batch run through :meth:`factrl.agents.haris.Haris.verify` in on
 project's scheduler batches every agent turn of every claim on the shared engines (as ``evaluate``
 runs HARIS, ``factrl.eval.systems.HarisSystem``). The retriever is wrapped in a
 :class:`RecordingRetriever` for the batch, so each search rollout's hits are known by id: citations
-come only from those (``factrl.service.citations``), and only from passages whose text was in the
+come only from those (``factrl.agents.citations``), and only from passages whose text was in the
 answer that rollout read.
 
-A result (:meth:`HarisVerifier.verify`): ``verdict`` (SUPPORTS / REFUTES / None), ``raw_confidence``,
-``citations``, ``trace`` (every question, its searches, the passages found, the report, and the
+A result (:meth:`HarisVerifier.verify`): ``verdict`` (SUPPORTS / REFUTES / NOT ENOUGH INFO / None),
+``model_verdict`` (what the reasoning agent wrote), ``abstained`` and ``abstention`` (when the run's
+evidence does not bear on the claim, ``factrl.agents.abstain``: the failed rules, what was searched, the
+grounding measured, the rules in force), ``raw_confidence``, ``citations``, ``trace`` (every question, its searches, the passages found, the report, and the
 reasoning agent's text), ``usage`` (model calls, tokens in / out, per model) and ``cost_usd``.
 """
 
@@ -20,39 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from factrl.agents.protocol import escape_tags
-from factrl.service.citations import cite, dedupe
 from factrl.service.confidence import raw_confidence
 from factrl.service.usage import Usage, cost_usd, trajectory_usage
+from factrl.agents.abstain import AbstainParams, decide
+from factrl.agents.evidence import RecordingRetriever, run_evidence
+
+__all__ = ["HarisVerifier", "RecordingRetriever", "load_verifiers"]
 
 log = logging.getLogger(__name__)
-
-
-class RecordingRetriever:
-    """A retriever that remembers the hits it returned for every query (by its stripped text)."""
-
-    def __init__(self, retriever) -> None:
-        self.retriever = retriever
-        self.hits: dict[str, list] = {}
-
-    def search(self, queries: Sequence[str], k: int = 3) -> list[list]:
-        found = self.retriever.search(list(queries), k=k)
-        for query, hits in zip(queries, found):
-            self.hits[query.strip()] = list(hits)
-        return found
-
-
-def seen_hits(search, recorded: Mapping[str, list]) -> list:
-    """The passages one search rollout retrieved *and read*: the hits of each of its queries whose
-    text is in the answers injected into that rollout; each passage once, in rank order."""
-    read = "\n".join(search.trajectory.results)
-    out, ids = [], set()
-    for query in search.trajectory.queries:
-        for hit in recorded.get(query.strip(), []):
-            if hit.id not in ids and escape_tags(hit.text) in read:
-                ids.add(hit.id)
-                out.append(hit)
-    return out
 
 
 @dataclass
@@ -70,6 +47,8 @@ class HarisVerifier:
     max_turns: int = 5
     max_new_tokens: int = 64
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    abstain: AbstainParams = field(default_factory=AbstainParams)
+    calibration: Any = None  # factrl.service.confidence.Calibration: the confidence the abstain rule reads
 
     def verify(self, claims: list[str]) -> list[dict]:
         """One result per claim (see the module docstring), in order; a batch is one HARIS call."""
@@ -84,29 +63,26 @@ class HarisVerifier:
         return [self._result(run, recorder.hits, seconds, len(claims)) for run in runs]
 
     def _result(self, run, recorded: Mapping[str, list], seconds: float, batch: int) -> dict:
-        questions, citations = [], []
-        for i, question in enumerate(run.trajectory.queries):
-            search = run.searches[i] if i < len(run.searches) else None
-            read = run.trajectory.results[i] if i < len(run.trajectory.results) else ""
-            hits = seen_hits(search, recorded) if search is not None else []
-            report = (search.report if search is not None else None) or ""
-            questions.append({"question": question,
-                              "searches": list(search.trajectory.queries) if search is not None else [],
-                              "retrieved": [{"id": str(h.id), "title": h.title} for h in hits],
-                              "report": report or None, "result": read})
-            found = cite(question, report or read, hits)
-            if found is not None:
-                citations.append(found)
+        found = run_evidence(run, recorded)
+        raw = raw_confidence(run)
+        confidence = raw if self.calibration is None or raw is None else self.calibration.apply([raw])[0]
+        ground = found.grounding()
+        decision = decide(run.verdict, ground, confidence, self.abstain)
         usage = self._usage(run)
         total = Usage()
         for u in usage.values():
             total.add(u)
         return {
             "claim": run.claim,
-            "verdict": run.verdict,
-            "raw_confidence": raw_confidence(run),
-            "citations": [c.to_dict() for c in dedupe(citations)],
-            "trace": {"questions": questions, "reasoning": run.trajectory.response_text,
+            "verdict": decision.verdict,
+            "model_verdict": run.verdict,
+            "abstained": decision.abstained,
+            # why a verdict became NOT ENOUGH INFO, and what the run searched for (the page shows both)
+            "abstention": {"reasons": list(decision.reasons), "searched": found.searched,
+                           "grounding": ground.to_dict(), "rules": self.abstain.rules()},
+            "raw_confidence": raw,
+            "citations": [c.to_dict() for c in found.citations],
+            "trace": {"questions": found.questions, "reasoning": run.trajectory.response_text,
                       "finish_reason": run.trajectory.finish_reason, "format_valid": run.parse.format_valid,
                       "format_error": run.parse.error},
             "usage": {"model_calls": total.calls, "tokens_in": total.tokens_in, "tokens_out": total.tokens_out,
@@ -137,10 +113,13 @@ class HarisVerifier:
 
 
 def load_verifiers(checkpoints: Sequence, retriever, *, load_llm: Callable[[str], Any], top_k: int,
-                   max_turns: int, max_new_tokens: int, prices: Mapping[str, tuple[float, float]]
+                   max_turns: int, max_new_tokens: int, prices: Mapping[str, tuple[float, float]],
+                   abstain: AbstainParams = AbstainParams(), calibrations: Mapping[str, Any] | None = None
                    ) -> dict[str, HarisVerifier]:
     """A verifier per resolved checkpoint (``factrl.service.params.ResolvedCheckpoint``), by name;
-    ``load_llm(spec)`` is called once per distinct model spec (checkpoints share loaded models)."""
+    ``load_llm(spec)`` is called once per distinct model spec (checkpoints share loaded models);
+    ``abstain``: when a verdict becomes NOT ENOUGH INFO; ``calibrations``: each checkpoint's map (by
+    name), whose confidence the abstain rule reads."""
     cache: dict[str, Any] = {}
 
     def llm(spec: str):
@@ -150,5 +129,6 @@ def load_verifiers(checkpoints: Sequence, retriever, *, load_llm: Callable[[str]
         return cache[spec]
 
     return {c.name: HarisVerifier(c.name, llm(c.reason), llm(c.search), retriever, c.reason, c.search,
-                                  top_k=top_k, max_turns=max_turns, max_new_tokens=max_new_tokens, prices=prices)
+                                  top_k=top_k, max_turns=max_turns, max_new_tokens=max_new_tokens, prices=prices,
+                                  abstain=abstain, calibration=(calibrations or {}).get(c.name))
             for c in checkpoints}

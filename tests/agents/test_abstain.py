@@ -1,0 +1,95 @@
+"""NOT ENOUGH INFO from a run's evidence (factrl.agents.abstain): the grounding rule on crafted runs,
+where a citation about another entity must not count, and the decision's rules one by one."""
+
+from __future__ import annotations
+
+import pytest
+
+from factrl.config import ConfigError
+from factrl.verdicts import NOT_ENOUGH_INFO, REFUTES, SUPPORTS
+from factrl.agents.abstain import (AbstainParams, CitedSentence, DevRun, choose_rules, content_words, decide,
+                                   grounding, mentions, named_entities)
+
+CLAIM = "Orlen Studios is based in Varna."
+QUESTION = "Where is Orlen Studios based?"
+# the issue's case: the search found a different company's passage, sharing "Studios", "based" and "Varna"
+OTHER_ENTITY = CitedSentence("Hatur Studios is based in Varna.", "Hatur Studios", QUESTION)
+OWN_ENTITY = CitedSentence("Orlen Studios is based in Tessik.", "Orlen Studios", QUESTION)
+
+
+def naive_grounded(claim: str, cited: list[CitedSentence]) -> bool:
+    """The rule this module must not be: any citation sharing content words with the claim grounds it."""
+    return any(content_words(claim) & content_words(c.text) for c in cited)
+
+
+def rule_grounded(claim: str, cited: list[CitedSentence]) -> bool:
+    g = grounding(claim, cited, [QUESTION])
+    return not decide(REFUTES, g, 0.95, AbstainParams()).abstained
+
+
+@pytest.mark.parametrize("is_grounded", [rule_grounded, pytest.param(naive_grounded, marks=pytest.mark.xfail(
+    strict=True, reason="the naive content-word rule counts a citation about another entity"))])
+def test_a_citation_about_another_entity_does_not_ground_the_claim(is_grounded):
+    assert not is_grounded(CLAIM, [OTHER_ENTITY])
+    assert is_grounded(CLAIM, [OWN_ENTITY])  # the claim's own subject, even with another city: a refutation
+
+
+def test_named_entities_are_whole_runs_of_capitalised_words():
+    assert named_entities("The developer of the game Cural: Quest is headquartered in Fites.") == ["Cural: Quest", "Fites"]
+    assert named_entities("Paris is the capital of France.") == ["Paris", "France"]
+    assert named_entities("In which city was Ilse Parrow born?") == ["Ilse Parrow"]
+    assert named_entities("the sky is blue") == []
+    assert mentions("Orlen Studios", "Doc about Orlen Studios.") and not mentions("Orlen Studios", "Hatur Studios")
+    assert not mentions("Varna", "Varnas is a city")  # whole words only
+
+
+def test_paris_with_citations_about_demo_entities_is_not_enough_info():
+    cited = [CitedSentence("Kovir Group is headquartered in Lomes.", "Kovir Group", "What is the capital of France?")]
+    g = grounding("Paris is the capital of France.", cited, ["What is the capital of France?"])
+    d = decide(SUPPORTS, g, 0.94, AbstainParams())
+    assert d.verdict == NOT_ENOUGH_INFO and d.model_verdict == SUPPORTS and d.abstained
+    assert any("'Paris'" in r for r in d.reasons)
+    # and with no citation at all (the issue's Citations (0))
+    assert decide(SUPPORTS, grounding("Paris is the capital of France.", [], []), 0.94, AbstainParams()).abstained
+
+
+def test_a_two_hop_run_answered_from_retrieved_text_keeps_its_verdict():
+    claim = "The founder of Orlen Studios was born in Varna."
+    questions = ["Who founded Orlen Studios?", "In which city was Ilse Parrow born?"]
+    cited = [CitedSentence("Orlen Studios was founded by Ilse Parrow.", "Orlen Studios", questions[0]),
+             CitedSentence("Ilse Parrow was born in Tessik.", "Ilse Parrow", questions[1])]
+    g = grounding(claim, cited, questions)
+    assert g.subject == "Orlen Studios" and g.subject_cited and g.answered == 2
+    assert decide(REFUTES, g, 0.8, AbstainParams()) == decide(REFUTES, g, 0.8, AbstainParams(enabled=False))
+    # the second question answered by a sentence about someone else: half answered
+    off = [cited[0], CitedSentence("Teti Hasis was born in Tessik.", "Teti Hasis", questions[1])]
+    g = grounding(claim, off, questions)
+    assert g.answered == 1
+    assert decide(REFUTES, g, 0.8, AbstainParams(min_answered_share=1.0)).abstained
+    assert not decide(REFUTES, g, 0.8, AbstainParams(min_answered_share=0.5)).abstained
+
+
+def test_each_rule_is_a_param():
+    g = grounding(CLAIM, [OWN_ENTITY], [QUESTION])
+    assert not decide(REFUTES, g, 0.55, AbstainParams()).abstained
+    assert decide(REFUTES, g, 0.55, AbstainParams(min_confidence=0.6)).abstained
+    assert decide(REFUTES, g, 0.55, AbstainParams(min_entity_share=1.0)).abstained  # Varna is not cited
+    other = grounding(CLAIM, [OTHER_ENTITY], [QUESTION])
+    assert not decide(REFUTES, other, 0.9, AbstainParams(require_subject=False, min_answered_share=0)).abstained
+    # no entities: content words decide
+    plain = grounding("the sky is blue", [CitedSentence("The sky is blue by day.", None, "")], [])
+    assert not decide(SUPPORTS, plain, 0.9, AbstainParams(min_answered_share=0)).abstained
+    assert decide(SUPPORTS, grounding("the sky is blue", [], []), 0.9, AbstainParams(min_answered_share=0)).abstained
+    # a run without a verdict stays without one
+    assert decide(None, other, None, AbstainParams()).verdict is None
+    with pytest.raises(ConfigError, match="abstain.min_confidence"):
+        AbstainParams(min_confidence=1.5)
+
+
+def test_choose_rules_picks_the_combination_that_separates_a_dev_mix():
+    own, other = grounding(CLAIM, [OWN_ENTITY], [QUESTION]), grounding(CLAIM, [OTHER_ENTITY], [QUESTION])
+    runs = [DevRun(REFUTES, REFUTES, own, 0.9)] * 10 + [DevRun(NOT_ENOUGH_INFO, SUPPORTS, other, 0.9)] * 10
+    params, score = choose_rules(runs)
+    assert score == {"accuracy": 1.0, "coverage": 1.0}
+    assert params.require_subject or params.min_answered_share > 0
+    assert params.min_confidence == 0  # confidence does not separate them: left off (fewer rules)

@@ -1,0 +1,45 @@
+"""`factrl verify` (factrl.verify.command): the trace, then the outcome: NOT ENOUGH INFO with the failed
+rules and what was searched when the run's citations do not bear on the claim."""
+
+from __future__ import annotations
+
+import pytest
+
+from factrl.verify.command import main
+
+
+def test_cli_verify_says_not_enough_evidence_for_a_claim_the_corpus_does_not_hold(demo_world, script_llm,
+                                                                                   monkeypatch, capsys, tmp_path):
+    """A model that asks about Paris, reads demo passages about other entities and still writes Support:
+    `factrl verify` prints NOT ENOUGH INFO with the failed rules and what was searched."""
+    from factrl.llm import backends
+
+    def reply(prompt: str) -> str:
+        if "You collect the information" in prompt:
+            tail = prompt.rsplit("Question: ", 1)[-1]
+            if "<result>" in tail:
+                return "x</think><report>" + tail.split("Doc 1 ", 1)[-1].split("\n")[0] + "</report>"
+            return "x</think><search>capital of France Paris</search>"
+        if "<result>" in prompt.rsplit("Claim: ", 1)[-1]:
+            return "ok</think><verification>\\boxed{Support}</verification>"
+        return "need it</think><question>What is the capital of France?</question>"
+
+    monkeypatch.setattr(backends, "load_llm", lambda spec: script_llm(reply))
+    _, index = demo_world
+    assert main(["Paris is the capital of France.", "--index", str(index), "--mode", "bm25", "--max-turns", "2",
+                 "--params", str(tmp_path / "absent.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: SUPPORTS" in out and "OUTCOME: NOT ENOUGH INFO" in out
+    assert "no cited sentence mentions 'Paris'" in out and "searched: capital of France Paris" in out
+
+
+
+@pytest.mark.slow
+def test_factrl_verify_with_smollm2_on_a_claim_outside_the_demo_corpus(demo_world, capsys, tmp_path):
+    """The real SmolLM2-135M path (both agents, greedy) over a demo world's index: whatever the base
+    model writes, "Paris is the capital of France." gets no verdict the demo passages back."""
+    _, index = demo_world
+    assert main(["Paris is the capital of France.", "--index", str(index), "--mode", "bm25", "--max-turns", "2",
+                 "--max-new-tokens", "48", "--params", str(tmp_path / "absent.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "OUTCOME: SUPPORTS" not in out and "OUTCOME: REFUTES" not in out, out
