@@ -39,7 +39,8 @@ _CAPITALISED = re.compile(r"[A-Z][A-Za-z0-9'\-]*")
 # Words that start a sentence or a question with a capital without naming anything.
 _NOT_NAMES = frozenset("""a an the this that these those it its in on at of for by with from to and or but is nothing everything nobody someone people
 are was were be been who whom whose what which where when why how did does do has have had
-there here not no yes some all any each every one many most few q""".split())
+there here not no yes some all any each every one many most few q for as after before during since if
+while although because their our we they he she i you his her""".split())
 # Between two capitalised words these still belong to one name ("Bank of England", "Cural: Quest").
 _JOINERS = frozenset({"of", "de", "the", "and", "&", ":", "-"})
 _STOPWORDS = frozenset("""a an the of in on at to for by with from and or but is are was were be been being

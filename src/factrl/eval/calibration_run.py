@@ -23,15 +23,21 @@ log = logging.getLogger(__name__)
 
 def fit_calibrators(systems: Sequence[System], dev: EvalSet, *, method: str, per_hop: int, seed: int = 0,
                     batch_size: int = EvaluateParams.batch_size, fitted_on: str = "",
-                    checkpoints: Mapping[str, Mapping] | None = None) -> tuple[dict, dict]:
+                    checkpoints: Mapping[str, Mapping] | None = None, out_of_corpus=None) -> tuple[dict, dict]:
     """One calibration map per system that reports a raw confidence (the HARIS checkpoints), fitted
     on ``dev`` (sampled as an eval set: ``per_hop`` claims per hop, balanced labels) with ``method``
-    (``factrl.eval.calibration.METHODS``). Returns ``({system: Calibrator}, {system: seconds})``;
-    ``checkpoints`` (system -> its models) is stored in each map for readers such as the service."""
+    (``factrl.eval.calibration.METHODS``), plus every claim of ``out_of_corpus`` (a CLAIMS table of NOT
+    ENOUGH INFO claims, ``factrl.data.out_of_corpus``: a verdict on one is never right, so the map
+    learns how often the verifier answers without evidence). Returns ``({system: Calibrator},
+    {system: seconds})``; ``checkpoints`` (system -> its models) is stored in each map for readers
+    such as the service."""
     from factrl.eval.calibration import Calibrator
 
     sample = sample_set(dev, per_hop, seed)
     texts, labels = sample.column("claim").to_pylist(), sample.column("label").to_pylist()
+    if out_of_corpus is not None:
+        texts += out_of_corpus.column("claim").to_pylist()
+        labels += out_of_corpus.column("label").to_pylist()
     if not texts:
         log.warning("calibration: no claims sampled from %s (per_hop %d): no maps fitted", dev.name, per_hop)
     fitted, seconds = {}, {}

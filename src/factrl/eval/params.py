@@ -71,6 +71,30 @@ class CheckpointParams:
 
 
 @dataclass(frozen=True)
+class OutOfCorpusParams:
+    """``evaluate.calibration.out_of_corpus``: claims the served corpus holds no evidence for, labelled NOT
+    ENOUGH INFO, added to the dev claims the calibration maps are fitted on, so confidence falls where
+    evidence is missing (``factrl.data.out_of_corpus``). A verdict on one of them is never right.
+
+    generated: claims of a shadow demo world (the same templates, another seed) naming no entity of the
+        index's passages.
+    real: real claims from ``real_files`` whose subject no passage of the index mentions, split evenly
+        over the files.
+    real_files: shared-data claim files (JSONL); a missing file is skipped (a clone without ../shared).
+    seed: the shadow world's seed offset and the real claims' sampling seed.
+    """
+
+    generated: int = 0
+    real: int = 0
+    real_files: tuple[str, ...] = ()
+    seed: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.generated + self.real > 0
+
+
+@dataclass(frozen=True)
 class CalibrationParams:
     """``evaluate.calibration``: the calibration map fitted per HARIS checkpoint during ``evaluate``
     (``factrl.eval.calibration``), saved to ``metrics/calibration/<checkpoint-slug>.json``.
@@ -81,11 +105,14 @@ class CalibrationParams:
         split, which no stage trains on.
     dev_per_hop: dev claims per hop setting, balanced labels (0 = the whole file); every HARIS
         checkpoint runs on them once, on top of the evaluation itself.
+    out_of_corpus: out-of-corpus claims (NOT ENOUGH INFO) joining the dev claims (see
+        :class:`OutOfCorpusParams`; none by default).
     """
 
     method: str = names_from(_calibration_methods, "temperature")
     dev_set: str = "data/claims/dev.parquet"
     dev_per_hop: int = 10
+    out_of_corpus: OutOfCorpusParams = field(default_factory=OutOfCorpusParams)
 
     @property
     def enabled(self) -> bool:

@@ -122,6 +122,21 @@ def load_dev_set(params: EvaluateParams, sets: list[runner.EvalSet], index_dir: 
     return runner.EvalSet(f"dev ({path})", read_claims(path), retriever)
 
 
+def out_of_corpus_set(spec, index_dir: Path = Path("index")):
+    """The out-of-corpus dev claims of ``evaluate.calibration.out_of_corpus`` (``spec``): generated and
+    real claims that the index's passages hold no evidence for (``factrl.data.out_of_corpus``)."""
+    import pyarrow.parquet as pq
+
+    from factrl.data.out_of_corpus import out_of_corpus_claims
+
+    passages = pq.read_table(index_dir / "passages.parquet", columns=["title", "text"])
+    claims = out_of_corpus_claims(passages, generated=spec.generated, real_files=spec.real_files, real=spec.real,
+                                  seed=spec.seed)
+    log.info("calibration: %d out-of-corpus dev claims (%d generated, %d real asked)", claims.num_rows,
+             spec.generated, spec.real)
+    return claims
+
+
 def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list, checkpoints: list,
               out_dir: Path) -> tuple[dict, list[str]]:
     """Fit and save one calibration map per HARIS checkpoint (see the module docstring); returns the
@@ -136,10 +151,12 @@ def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
         return {}, ["calibration: off (evaluate.calibration.method: none)"]
     dev = load_dev_set(params, sets)
     models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
+    outside = out_of_corpus_set(cal.out_of_corpus) if cal.out_of_corpus.enabled else None
+    mix = f" + {outside.num_rows} out-of-corpus claims" if outside is not None else ""
     maps, seconds = calibration_run.fit_calibrators(
         systems, dev, method=cal.method, per_hop=cal.dev_per_hop, seed=params.seed, batch_size=params.batch_size,
-        fitted_on=f"{cal.dev_set} (up to {cal.dev_per_hop or 'all'} claims per hop, seed {params.seed})",
-        checkpoints=models)
+        fitted_on=f"{cal.dev_set} (up to {cal.dev_per_hop or 'all'} claims per hop, seed {params.seed}){mix}",
+        checkpoints=models, out_of_corpus=outside)
     for name, calibrator in maps.items():
         calibrator.save(calibration_path(name, out_dir))
     notes = [f"calibration: {cal.method} map per HARIS checkpoint on {cal.dev_set}, "

@@ -81,6 +81,7 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
     from factrl.retrieval.index import MANIFEST, Retriever
     from factrl.service.confidence import Calibration
     from factrl.service.engine import load_verifiers
+    from factrl.service.examples import corpus_examples
     from factrl.service.params import index_hash, model_hash, params_hash, resolve_checkpoints
     from factrl.service.usage import price_of
 
@@ -109,7 +110,8 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
     provenance = {c.name: {"checkpoint_hash": f"{model_hash(c.reason)}+{model_hash(c.search)}",
                            "index_hash": index_digest, "params_hash": params_digest} for c in checkpoints}
     info = {"models": {c.name: {"reason": c.reason, "search": c.search} for c in checkpoints},
-            "calibrated": {name: cal.calibrated for name, cal in calibrations.items()}}
+            "calibrated": {name: cal.calibrated for name, cal in calibrations.items()},
+            **corpus_examples(params.index)}  # the page's examples: claims the served corpus answers
     return start_service(params, verifiers, provenance, token=token, calibrations=calibrations, info=info)
 
 

@@ -20,7 +20,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import ClientDisconnect
 
 from factrl.service.corrections import Correction, export_claims
@@ -187,6 +187,19 @@ def index_page() -> FileResponse:
     return FileResponse(STATIC / "index.html")
 
 
+@page.get("/favicon.ico")
+def favicon() -> FileResponse:
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+
+@page.get("/page-info")
+def page_info(service: ServiceDep) -> dict:
+    """What the page says it answers from: the corpus (index and passage count), each checkpoint's
+    models and calibration, and example claims drawn from the corpus (``factrl.service.examples``)."""
+    return {"corpus": service.info.get("corpus"), "examples": service.info.get("examples", []),
+            "models": service.info.get("models", {}), "calibrated": service.info.get("calibrated", {})}
+
+
 # --------------------------------------------------------------------------------------------
 # behind the token: verifying, jobs, corrections
 # --------------------------------------------------------------------------------------------
@@ -216,6 +229,9 @@ async def verify_claim_or_text(request: Request, service: ServiceDep) -> dict:
     params = service.params
     try:
         body = VerifyRequest.model_validate_json(await read_body(request, params.max_body_bytes))
+    except ValidationError as err:  # each error by field, without pydantic's documentation link
+        raise HTTPException(422, "body: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors())) from None
     except ValueError as err:
         raise HTTPException(422, f"body: {err}") from None
     if (body.claim is None) == (body.text is None):

@@ -28,10 +28,25 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+const NEI = "NOT ENOUGH INFO";
+
 function verdictClass(result) {
   if (!result) return "pending";
   if (result.status === "failed") return "failed";
+  if (result.verdict === NEI) return "NEI";
   return result.verdict || "none";
+}
+
+// cost and latency for people: "$0 (local)", "$0.0012", "4.7 s"
+function formatCost(usd) {
+  if (usd == null) return "unknown";
+  if (usd === 0) return "$0 (local)";
+  return "$" + (usd < 0.01 ? usd.toPrecision(2) : usd.toFixed(2));
+}
+
+function formatSeconds(s) {
+  if (s == null) return "n/a";
+  return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
 function renderText(job) {
@@ -99,6 +114,18 @@ function renderCard(jobId, r) {
   const confidence = r.confidence == null ? "n/a" : r.confidence.toFixed(2);
   card.append(el("div", {}, el("span", { class: "verdict " + verdictClass(r) }, r.verdict || "no verdict"),
                  ` confidence ${confidence}${r.calibrated ? " (calibrated)" : " (raw, uncalibrated)"}`));
+  card.append(el("div", { class: "meta checkpoint" }, `answered by checkpoint ${r.checkpoint}`));
+  if (r.verdict === NEI) {
+    // the run's evidence does not bear on the claim: say so, why, and what was searched
+    const a = r.abstention || {};
+    const box = el("div", { class: "nei" }, el("b", {}, "Not enough evidence in this corpus"),
+                   ` (the model wrote ${r.model_verdict || "no verdict"}).`);
+    const why = el("ul", { class: "reasons" });
+    for (const reason of a.reasons || []) why.append(el("li", {}, reason));
+    box.append(why, el("div", { class: "searched" },
+                       "searched: " + ((a.searched || []).join(" | ") || "nothing")));
+    card.append(box);
+  }
   if (!r.verdict) {
     // a model that wrote no valid verdict (an untrained or tiny checkpoint): say why, from the trace
     const why = r.trace.format_error || "the reasoning agent gave no answer";
@@ -108,7 +135,7 @@ function renderCard(jobId, r) {
   const u = r.usage || {};
   card.append(el("div", { class: "meta" },
     `${u.model_calls} model calls, ${u.tokens_in} tokens in / ${u.tokens_out} out${u.estimated ? " (estimated)" : ""}, ` +
-    `cost ${r.cost_usd == null ? "unknown" : "$" + r.cost_usd.toFixed(6)}, latency ${r.latency_s}s, batch of ${r.batch_size}`));
+    `cost ${formatCost(r.cost_usd)}, latency ${formatSeconds(r.latency_s)}, batch of ${r.batch_size}`));
   card.append(el("h4", {}, `Citations (${r.citations.length})`));
   for (const c of r.citations) {
     card.append(el("div", {}, el("b", {}, c.title || c.passage_id), ` [${c.passage_id}] chars ${c.start}-${c.end}`,
@@ -127,23 +154,57 @@ function renderCard(jobId, r) {
   return card;
 }
 
-async function poll(jobId) {
-  const job = await api(`/v1/jobs/${jobId}`);
-  $("progress").textContent = `${job.done} / ${job.total} claims done${job.failed ? `, ${job.failed} failed` : ""}`;
-  renderText(job);
-  const results = $("results");
-  for (const r of job.results) {
-    if (!document.getElementById("card-" + r.index)) results.append(renderCard(jobId, r));
-  }
-  if (job.status !== "done") setTimeout(() => poll(jobId).catch(showError), 500);
+// a claim still running: a spinner and the seconds since the request was sent (a first claim on a
+// CPU takes tens of seconds; "0 / 1 claims done" alone looks stuck)
+function pendingCard(c, started) {
+  const card = el("div", { class: "card pending-card", id: "pending-" + c.index },
+                  el("h3", {}, c.claim), el("span", { class: "spinner" }), el("span", { class: "elapsed meta" }, ""));
+  const tick = () => {
+    if (!card.isConnected) return;
+    card.querySelector(".elapsed").textContent = ` verifying… ${formatSeconds((Date.now() - started) / 1000)}`;
+    setTimeout(tick, 200);
+  };
+  tick();
+  return card;
 }
 
-function showError(err) { $("progress").textContent = err.message; }
+let started = 0;
+
+async function poll(jobId) {
+  const job = await api(`/v1/jobs/${jobId}`);
+  $("progress").textContent = `${job.done} / ${job.total} claims done${job.failed ? `, ${job.failed} failed` : ""}` +
+    `, ${formatSeconds((Date.now() - started) / 1000)}`;
+  renderText(job);
+  const results = $("results");
+  const done = new Set(job.results.map((r) => r.index));
+  for (const c of job.claims) {
+    if (!done.has(c.index) && !document.getElementById("pending-" + c.index)) results.append(pendingCard(c, started));
+  }
+  for (const r of job.results) {
+    if (!document.getElementById("card-" + r.index)) {
+      const card = renderCard(jobId, r);
+      const pending = document.getElementById("pending-" + r.index);
+      if (pending) pending.replaceWith(card); else results.append(card);
+    }
+  }
+  if (job.status !== "done") setTimeout(() => poll(jobId).catch(finish), 500);
+  else finish();
+}
+
+// the button is disabled while a request runs: a second click would start a second job
+function finish(err) {
+  $("submit").disabled = false;
+  if (err) $("progress").textContent = err.message;
+}
+
+function showError(err) { finish(err); }
 
 async function submit() {
   const kind = document.querySelector("input[name=kind]:checked").value;
   $("results").replaceChildren();
   $("text").replaceChildren();
+  $("submit").disabled = true;
+  started = Date.now();
   try {
     const job = await api("/v1/verify", { method: "POST", body: JSON.stringify({
       [kind]: $("input").value, checkpoint: $("checkpoint").value || null }) });
@@ -169,6 +230,39 @@ function fromLink() {
 
 $("token").value = sessionStorage.getItem("factrl-token") || "";
 $("token").onchange = () => sessionStorage.setItem("factrl-token", $("token").value);
+// which corpus and checkpoint answer, and examples drawn from the served corpus (GET /page-info)
+let pageInfo = {};
+
+function answeringLine() {
+  const name = $("checkpoint").value;
+  const m = (pageInfo.models || {})[name] || {};
+  const corpus = pageInfo.corpus || {};
+  const calibrated = (pageInfo.calibrated || {})[name] ? "calibrated" : "uncalibrated";
+  $("answering").textContent = `Answering from the index ${corpus.index || "?"} (${corpus.passages ?? "?"} passages) ` +
+    `with checkpoint ${name} (reasoning ${m.reason || "?"}, search ${m.search || "?"}; ${calibrated} confidence).`;
+}
+
+function showExamples(examples) {
+  const list = $("examples");
+  list.replaceChildren();
+  for (const e of examples) {
+    const item = el("li", {}, el("a", { href: "#" }, e.claim), el("span", { class: "meta" }, ` (${e.kind})`));
+    item.querySelector("a").onclick = (event) => {
+      event.preventDefault();
+      document.querySelector("input[name=kind][value=claim]").checked = true;
+      $("input").value = e.claim;
+    };
+    list.append(item);
+  }
+  if (examples.length) $("input").placeholder = examples[0].claim;
+}
+
+$("checkpoint").onchange = answeringLine;
 fetch("/healthz").then((r) => r.json()).then((h) => {
   for (const name of h.checkpoints) $("checkpoint").append(el("option", { value: name }, name));
-}).finally(fromLink);
+  return fetch("/page-info").then((r) => r.json());
+}).then((info) => {
+  pageInfo = info;
+  showExamples(info.examples || []);
+  answeringLine();
+}).catch(() => {}).finally(fromLink);
