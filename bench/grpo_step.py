@@ -17,6 +17,11 @@ weights, same commit: ``baseline`` (every lever off: the code path before issue 
 over the steps after the first (which warms allocators and kernels). ``same_rollouts``: whether the
 first step drew identical rewards in every configuration (every lever here is exact).
 
+Reward: by default a checksum of the response's token ids (``--reward checksum``), so every group mixes
+and the update runs in full: base SmolLM2 earns no verdict reward at temperature 1, which would leave
+every group uniform and no update to time (``--reward profile``: the stage's own reward, for
+warm-started agents). With it dynamic sampling keeps the first draw's groups (one draw per step).
+
 Setup: the demo world (``data.world``, 2,000 passages, bm25 index) and SmolLM2-135M as both the
 policy and the search agent, not the pipeline's warm-started agents (the bench needs no pipeline
 run); their answers differ in content, not in what a step computes. ``--tiny`` builds both from a
@@ -142,6 +147,14 @@ def models(tiny: bool, device: torch.device):
     return policy, search, tok
 
 
+def checksum_reward(items, trajectories) -> list[float]:
+    """A checksum of each response's token ids in [0, 1): spread inside every group, so every group is
+    kept and the update runs in full. The base SmolLM2 (and a random tiny model) earns no verdict
+    reward at temperature 1 (params.yaml: none of 12 untrained rollouts valid), which would leave
+    every group uniform and the step without an update to measure."""
+    return [(sum(t.response_ids) % 101) / 101 for t in trajectories]
+
+
 def matmul_gflops(hidden: int, bf16: bool, device: torch.device, reps: int = 5) -> float:
     """Measured GEMM rate of ``[4096, hidden] x [hidden, 4 * hidden]`` in the trainer's dtype."""
     dtype = torch.bfloat16 if bf16 else torch.float32
@@ -195,7 +208,8 @@ def run_config(args, levers: dict[str, bool]) -> dict:
         tool = haris_rounds.search_agent_tool(search, RetrieverTool(retriever, k=p.top_k),
                                               haris_rounds.served_search_params(p))
         rollout_fn = haris_rounds.reasoning_rollout_fn(policy, tool, haris_rounds.reasoning_rollout_params(p))
-        reward_fn = haris_rounds.reasoning_reward_fn(p.reward, require_question=p.require_question)
+        reward_fn = (haris_rounds.reasoning_reward_fn(p.reward, require_question=p.require_question)
+                     if args.reward == "profile" else checksum_reward)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         rows = train(trainer, items, rollout_fn, reward_fn, Path(tmp) / "run",
@@ -247,7 +261,7 @@ def child(args, levers: dict[str, bool]) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
     cmd = [sys.executable, "-m", "bench.grpo_step", "--child", json.dumps(levers), "--child-out", str(out), "--profile", args.profile,
-           "--steps", str(args.steps), "--device", args.device] + (["--tiny"] if args.tiny else [])
+           "--steps", str(args.steps), "--device", args.device, "--reward", args.reward] + (["--tiny"] if args.tiny else [])
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1],
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     result = json.loads(out.read_text())
@@ -262,6 +276,8 @@ def main() -> None:
     ap.add_argument("--lever-steps", type=int, default=2, help="timed steps of each one-lever-off run (0: none)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny random Llamas from a config (a bare CUDA machine)")
+    ap.add_argument("--reward", choices=["checksum", "profile"], default="checksum",
+                    help="checksum: every group mixes (base models earn no verdict reward); profile: the stage's reward")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -309,6 +325,7 @@ def main() -> None:
                   "group_size": opt["group_size"], "prompts_per_step": opt["prompts_per_step"],
                   "max_sampling_draws": opt["max_sampling_draws"], "claims": NUM_CLAIMS,
                   "models": "tiny random Llama x2" if args.tiny else "SmolLM2-135M (policy) + SmolLM2-135M (search)",
+                  "reward": args.reward,
                   "timing": "train()'s per-step rows; first step excluded; medians; each configuration in its "
                             "own process, run one after another"},
     }
