@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from factrl.agents.abstain import (
+    AbstainParams,
+    CitedSentence,
+    DevRun,
+    choose_rules,
+    content_words,
+    decide,
+    grounding,
+    mentions,
+    named_entities,
+)
 from factrl.config import ConfigError
 from factrl.verdicts import NOT_ENOUGH_INFO, REFUTES, SUPPORTS
-from factrl.agents.abstain import (AbstainParams, CitedSentence, DevRun, choose_rules, content_words, decide,
-                                   grounding, mentions, named_entities)
 
 CLAIM = "Orlen Studios is based in Varna."
 QUESTION = "Where is Orlen Studios based?"

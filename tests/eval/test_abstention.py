@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from factrl.agents.abstain import AbstainParams, CitedSentence, grounding
 from factrl.eval.abstention import abstention_metrics, abstention_rows, apply_abstention
 from factrl.verdicts import NOT_ENOUGH_INFO as NEI
-from factrl.agents.abstain import AbstainParams, CitedSentence, grounding
 
 S, R = "SUPPORTS", "REFUTES"
 

@@ -8,8 +8,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from factrl.retrieval.index import Hit
 from factrl.agents.citations import cite, sentence_spans
+from factrl.retrieval.index import Hit
 from factrl.testing.service_fakes import app_of, make_service, wait_done
 
 

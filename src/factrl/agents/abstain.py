@@ -106,7 +106,9 @@ def named_entities(text: str) -> list[str]:
     capitalised words (joined by ``of``, ``the``, ``:`` and the like), leaving out capitalised words
     that name nothing ("The", "Who", "In")."""
     tokens = re.findall(r"[A-Za-z0-9][A-Za-z0-9'\-]*|[:&]", text)
-    entities, run, pending = [], [], []
+    entities: list[str] = []
+    run: list[str] = []
+    pending: list[str] = []
 
     def close() -> None:
         if run:
@@ -324,7 +326,7 @@ def choose_rules(runs: Sequence[DevRun], base: AbstainParams = AbstainParams(), 
     """The combination of ``grid`` with the best :func:`mix_accuracy` among those answering at least
     ``min_coverage`` of the in-corpus dev claims (the most covering one when none does); ties go to
     the fewer rules switched on. Returns it and its ``{"accuracy", "coverage"}`` on ``runs``."""
-    best, best_key, best_score = None, None, None
+    best, best_key, best_score = base, None, {"accuracy": 0.0, "coverage": 0.0}
     for values in itertools.product(*grid.values()):
         params = replace(base, enabled=True, **dict(zip(grid, values)))
         accuracy, coverage = mix_accuracy(runs, params)

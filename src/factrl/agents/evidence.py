@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from factrl.agents.protocol import escape_tags
-from factrl.agents.citations import Citation, cite, dedupe
 from factrl.agents.abstain import CitedSentence, Grounding, grounding
+from factrl.agents.citations import Citation, cite, dedupe
+from factrl.agents.protocol import escape_tags
 
 
 class RecordingRetriever:

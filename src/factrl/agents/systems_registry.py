@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from factrl.agents import baselines
+from factrl.agents.abstain import Grounding
+from factrl.agents.evidence import RecordingRetriever, run_evidence
 from factrl.agents.haris import Haris
 from factrl.agents.rollout import Trajectory
 from factrl.agents.tools import RetrieverTool
@@ -27,8 +29,6 @@ from factrl.llm.base import SamplingParams
 from factrl.registry import Registry
 from factrl.signatures import VERIFY_PARAMS
 from factrl.verdicts import verdict_word
-from factrl.agents.abstain import Grounding
-from factrl.agents.evidence import RecordingRetriever, run_evidence
 
 HARIS = "haris"
 

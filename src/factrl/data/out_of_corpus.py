@@ -74,7 +74,8 @@ def generated_claims(corpus: CorpusNames, n: int, seed: int = 0, world: WorldPar
     for row in claims.to_pylist():
         if not any(corpus.mentions(e) for e in named_entities(row["claim"])):
             by_hops.setdefault(row["num_hops"], []).append(row | {"id": f"ooc-world-{row['id']}"})
-    picked, hops = [], sorted(by_hops)
+    picked: list[dict] = []
+    hops = sorted(by_hops)
     while len(picked) < n and any(by_hops.values()):  # round-robin over hop counts: balanced
         for h in hops:
             if by_hops[h] and len(picked) < n:

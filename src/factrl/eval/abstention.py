@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from factrl.verdicts import NOT_ENOUGH_INFO
 from factrl.agents.abstain import AbstainParams, Grounding, decide
+from factrl.verdicts import NOT_ENOUGH_INFO
 
 
 def apply_abstention(predictions: Sequence[dict], params: AbstainParams) -> None:

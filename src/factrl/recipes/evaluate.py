@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from factrl.agents.abstain import AbstainParams, load_abstain_params
 from factrl.config import ConfigError
 from factrl.eval import calibration_run, runner
 from factrl.eval.abstention import abstention_rows, apply_abstention
@@ -37,7 +38,6 @@ from factrl.eval.systems import build_systems, load_llm
 from factrl.hardware import resolve_device, resolve_precision
 from factrl.model_names import resolve_model
 from factrl.rl.step_log import curve_dirs, read_history
-from factrl.agents.abstain import AbstainParams, load_abstain_params
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from factrl.service.confidence import raw_confidence
-from factrl.service.usage import Usage, cost_usd, trajectory_usage
 from factrl.agents.abstain import AbstainParams, decide
 from factrl.agents.evidence import RecordingRetriever, run_evidence
+from factrl.service.confidence import raw_confidence
+from factrl.service.usage import Usage, cost_usd, trajectory_usage
 
 __all__ = ["HarisVerifier", "RecordingRetriever", "load_verifiers"]
 
@@ -114,7 +114,7 @@ class HarisVerifier:
 
 def load_verifiers(checkpoints: Sequence, retriever, *, load_llm: Callable[[str], Any], top_k: int,
                    max_turns: int, max_new_tokens: int, prices: Mapping[str, tuple[float, float]],
-                   abstain: AbstainParams = AbstainParams(), calibrations: Mapping[str, Any] | None = None
+                   abstain: AbstainParams | None = None, calibrations: Mapping[str, Any] | None = None
                    ) -> dict[str, HarisVerifier]:
     """A verifier per resolved checkpoint (``factrl.service.params.ResolvedCheckpoint``), by name;
     ``load_llm(spec)`` is called once per distinct model spec (checkpoints share loaded models);
@@ -130,5 +130,5 @@ def load_verifiers(checkpoints: Sequence, retriever, *, load_llm: Callable[[str]
 
     return {c.name: HarisVerifier(c.name, llm(c.reason), llm(c.search), retriever, c.reason, c.search,
                                   top_k=top_k, max_turns=max_turns, max_new_tokens=max_new_tokens, prices=prices,
-                                  abstain=abstain, calibration=(calibrations or {}).get(c.name))
+                                  abstain=abstain or AbstainParams(), calibration=(calibrations or {}).get(c.name))
             for c in checkpoints}
