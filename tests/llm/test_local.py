@@ -99,8 +99,9 @@ def test_bf16_engine_copy_follows_weight_updates(local_llm):
 
 def test_rows_join_a_running_batch(local_llm):
     """Continuous batching: a request submitted while another decodes joins the running batch
-    (its cache left-padded to the batch's width) and both decode exactly what each decodes alone."""
-    llm = _llm(local_llm, prefix_cache_bytes=0)
+    (its cache left-padded to the batch's width) and both decode exactly what each decodes alone.
+    The greedy memo is off: with it, the repeated requests would be answered from the first decode."""
+    llm = _llm(local_llm, prefix_cache_bytes=0, memoize_greedy=False)
     params = SamplingParams(max_tokens=12)
     alone = [llm.chat([q], params)[0][0].token_ids for q in (Q1, Q2)]
     first = llm.submit(llm.encode_chat(Q2), params)
@@ -275,7 +276,9 @@ def test_prefix_cache_invalidated_by_in_place_weight_update(local_llm):
 def test_speculative_decoding_changes_no_output(local_llm):
     """Drafts on a repetitive answer are mostly accepted, and greedy and seeded sampled outputs
     equal decoding without speculation, for a batch of one and a mixed batch."""
-    spec, plain = _llm(local_llm, prefix_cache_bytes=0), _llm(local_llm, prefix_cache_bytes=0, speculative_tokens=0)
+    # the greedy memo off: the second batch repeats Q2, which the memo would answer without decoding
+    spec = _llm(local_llm, prefix_cache_bytes=0, memoize_greedy=False)
+    plain = _llm(local_llm, prefix_cache_bytes=0, speculative_tokens=0, memoize_greedy=False)
     greedy = SamplingParams(max_tokens=40)
     for batch in ([Q2], [Q1, Q2]):
         assert [c[0].token_ids for c in spec.chat(batch, greedy)] == [c[0].token_ids for c in plain.chat(batch, greedy)]
