@@ -98,7 +98,7 @@ def gate_figures(train, retriever, models: Path, n_claims: int, group: int, sett
     from factrl.data.splits import balanced_subset
     from factrl.llm.backends import load_llm
     from factrl.recipes import haris_rounds as hr
-    from factrl.rl.gate import group_figures
+    from factrl.rl.gate import figures_by_stratum
 
     claims = balanced_subset(train, n_claims).to_pylist()
     reason = load_llm(str(models / "reason_0"))
@@ -117,18 +117,9 @@ def gate_figures(train, retriever, models: Path, n_claims: int, group: int, sett
     wall = time.perf_counter() - t0
     score = hr.reasoning_reward_fn()
     results = score([c for c in claims for _ in range(group)], trajs)
-    by_hop: dict = defaultdict(lambda: ([], []))
-    rewards, correct = [], []
-    for i, claim in enumerate(claims):
-        r = [x.score for x in results[i * group:(i + 1) * group]]
-        c = [bool(x.parts["correct"]) for x in results[i * group:(i + 1) * group]]
-        rewards.append(r)
-        correct.append(c)
-        by_hop[f"{claim['num_hops']}hop"][0].append(r)
-        by_hop[f"{claim['num_hops']}hop"][1].append(c)
+    overall, per_hop = figures_by_stratum(results, group, [f"{c['num_hops']}hop" for c in claims])
     questions = [t.num_tool_calls for t in trajs]
-    return {"all": group_figures(rewards, correct),
-            "per_hop": {h: group_figures(r, c) for h, (r, c) in sorted(by_hop.items())},
+    return {"all": overall, "per_hop": per_hop,
             "questions_per_rollout": sum(questions) / len(questions), "rollout_wall_s": round(wall, 1),
             "claims": len(claims), "group": group, **settings}
 

@@ -73,3 +73,17 @@ def test_a_steps_pass_at_group_is_the_share_of_groups_with_a_right_rollout():
     results = [right, wrong, wrong, wrong, wrong, wrong, right, right]
     assert group_pass_rate(results, [0, 0, 1, 1, 2, 2, 3, 3]) == {"pass_at_group": 0.5}
     assert group_pass_rate([1.0, 0.0], [0, 0]) == {}  # plain-float rewards say nothing of correctness
+
+
+def test_figures_by_stratum_groups_rollouts_by_prompt_and_stratum():
+    from factrl.rewards.registry import RewardResult
+    from factrl.rl.gate import figures_by_stratum
+
+    right, wrong = RewardResult(1.0, {"correct": 1.0}), RewardResult(0.1, {"correct": 0.0})
+    results = [right, wrong, wrong, wrong, right, right]  # three prompts of 2 rollouts
+    overall, per = figures_by_stratum(results, 2, ["3hop", "2hop", "3hop"])
+    assert overall == group_figures([[1.0, 0.1], [0.1, 0.1], [1.0, 1.0]],
+                                    [[True, False], [False, False], [True, True]], k=2)
+    assert list(per) == ["2hop", "3hop"]
+    assert per["2hop"]["groups"] == 1 and per["2hop"]["pass_at_k"] == 0.0
+    assert per["3hop"]["pass_at_k"] == 1.0 and per["3hop"]["accuracy"] == 0.75

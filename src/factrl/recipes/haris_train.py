@@ -22,7 +22,7 @@ from factrl.model_names import RoundsParams, checkpoint_of
 from factrl.recipes import haris_rounds
 from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
 from factrl.rl import runs
-from factrl.rl.gate import NO_GATE, gate_passes, gate_sentence, group_figures
+from factrl.rl.gate import NO_GATE, figures_by_stratum, gate_passes, gate_sentence
 from factrl.rl.runs import RunResult
 
 
@@ -52,21 +52,16 @@ def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params
         seed_everything(params.seed)
         trajectories = haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params)(items, g)
     results = score([item for item in items for _ in range(g)], trajectories)
-    rewards = [[r.score for r in results[i * g:(i + 1) * g]] for i in range(len(items))]
-    correct = [[bool(r.parts.get("correct")) for r in results[i * g:(i + 1) * g]] for i in range(len(items))]
+    overall, per_hop = figures_by_stratum(results, g, [f"{int(item['num_hops'])}hop" for item in items])
 
-    def figures(rows: list[int]) -> dict:
-        f = group_figures([rewards[i] for i in rows], [correct[i] for i in rows], k=g)
+    def with_pass_names(f: dict) -> dict:
         return {"pass_at_1": f["accuracy"], f"pass_at_{g}": f["pass_at_k"], **f}
 
-    by_hop: dict[int, list[int]] = {}
-    for i, item in enumerate(items):
-        by_hop.setdefault(int(item["num_hops"]), []).append(i)
-    out = figures(list(range(len(items))))
+    out = with_pass_names(overall)
     open_, sentence = gate_passes(out)
     return {**out, "open": open_, "decision": sentence, "claims": len(items), "group_size": g,
             "seconds": round(time.perf_counter() - t0, 1),
-            "per_hop": {f"{h}hop": figures(rows) for h, rows in sorted(by_hop.items())}}
+            "per_hop": {hop: with_pass_names(f) for hop, f in per_hop.items()}}
 
 
 def make_judge(params: SearchTrainParams):

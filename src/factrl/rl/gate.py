@@ -64,6 +64,24 @@ def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence
     }
 
 
+def figures_by_stratum(results: Sequence, group_size: int, strata: Sequence[str]) -> tuple[dict, dict[str, dict]]:
+    """Gate figures of scored rollouts, overall and per stratum.
+
+    results: ``[P * G]`` rollout results in prompt order, each with a ``score`` and a ``correct`` part
+    (``factrl.rewards.registry.RewardResult``); strata: ``[P]`` a label per prompt (e.g. ``"2hop"``).
+    Returns :func:`group_figures` (``k = group_size``) of every prompt's group, and of each stratum's
+    groups keyed by label in sorted order."""
+    g = group_size
+    rewards = [[r.score for r in results[i * g:(i + 1) * g]] for i in range(len(strata))]
+    correct = [[bool(r.parts.get("correct")) for r in results[i * g:(i + 1) * g]] for i in range(len(strata))]
+    rows: dict[str, list[int]] = {}
+    for i, label in enumerate(strata):
+        rows.setdefault(label, []).append(i)
+    per = {label: group_figures([rewards[i] for i in ix], [correct[i] for i in ix], k=g)
+           for label, ix in sorted(rows.items())}
+    return group_figures(rewards, correct, k=g), per
+
+
 def gate_passes(figures: dict, max_uniform: float = 0.5, min_headroom: float = 0.05) -> tuple[bool, str]:
     """Whether RL time is worth spending: at most ``max_uniform`` of the groups all-equal, and pass@k
     at least ``min_headroom`` above mean accuracy (some samples do what others do not). Returns the
