@@ -286,9 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     got |= {"commit": measured.git["commit"], "measured": measured.record()}
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     result.setdefault("soak", {})[KEYS[args.verifier]] = got
-    # the soak's own record is in its key; the file's measured block stays bench/reliability.py's,
-    # whose figures are most of the file (docs/results.md dates the file by it)
-    write_json(result, args.out)
+    measured.write(result, args.out)  # the file's measured block: its latest writer's, as the other keys' scripts do
     print(json.dumps({k: v for k, v in got.items() if k not in ("rss_samples", "measured")}, indent=1))
     return got
 

@@ -574,8 +574,12 @@ def test_chunked_logprobs_never_compute_the_full_logits(tok, tiny):
     output is what the lever avoids); without it, it runs once per micro-batch pass."""
     trajs, rewards, groups = _batch(tok)
     for chunked, expected in ((True, 0), (False, 2)):  # plain: the policy and the reference pass
+        trainer = GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, kl_coef=0.01))
+        heads = {id(tiny.lm_head), id(trainer.ref_model.lm_head)}
         calls = []
-        handle = tiny.lm_head.register_forward_hook(lambda *a: calls.append(1))
-        GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, kl_coef=0.01)).step(trajs, rewards, groups)
+        # a global hook: a hook on the head itself would (rightly) make plain_head refuse the shortcut
+        handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, *a: calls.append(1) if id(module) in heads else None)
+        trainer.step(trajs, rewards, groups)
         handle.remove()
         assert len(calls) == expected, chunked

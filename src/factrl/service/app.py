@@ -29,6 +29,7 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from factrl.agents.abstain import AbstainParams, load_abstain_params
 from factrl.servers import UnsafeBind, bearer_dependency, required_token
 from factrl.service import routes
 from factrl.service.corrections import CorrectionStore, export_claims
@@ -73,9 +74,9 @@ def create_app(service: Service) -> FastAPI:
 
 
 def build_service(params: ServeParams, params_file: str | Path = "params.yaml", *, token: str | None = None,
-                  load_llm=None) -> Service:
-    """The real service: the checkpoints of ``params`` loaded, the index opened, the worker started."""
-    from factrl.agents.abstain import load_abstain_params
+                  load_llm=None, abstain: AbstainParams = AbstainParams()) -> Service:
+    """The real service: the checkpoints of ``params`` loaded, the index opened, the worker started.
+    ``params_file`` only words errors and resolves checkpoint names; ``abstain`` is its own section."""
     from factrl.hardware import resolve_device
     from factrl.llm.backends import load_llm as open_llm
     from factrl.retrieval.index import MANIFEST, Retriever
@@ -105,7 +106,7 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
     calibrations = {c.name: Calibration.load(params.calibration_dir, c.name) for c in checkpoints}
     verifiers = load_verifiers(checkpoints, retriever, load_llm=load_llm, top_k=params.top_k,
                                max_turns=params.max_turns, max_new_tokens=params.max_new_tokens, prices=params.prices,
-                               abstain=load_abstain_params(params_file), calibrations=calibrations)
+                               abstain=abstain, calibrations=calibrations)
     index_digest, params_digest = index_hash(params.index), params_hash(params)
     provenance = {c.name: {"checkpoint_hash": f"{model_hash(c.reason)}+{model_hash(c.search)}",
                            "index_hash": index_digest, "params_hash": params_digest} for c in checkpoints}
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         token = bearer_token(params.host, params.token_env)
-        service = build_service(params, args.params, token=token)
+        service = build_service(params, args.params, token=token, abstain=load_abstain_params(args.params))
     except ServeError as err:
         raise SystemExit(str(err)) from None
     log.info("factrl serve: http://%s:%d/ (checkpoints %s; token %s)", params.host, params.port,
