@@ -48,7 +48,6 @@ from pathlib import Path
 import httpx
 
 from bench._measured import Measurement
-from factrl.io import write_json
 
 RESULTS = Path(__file__).parent / "results" / "reliability.json"
 KEYS = {"fake": "service", "real": "service_real"}

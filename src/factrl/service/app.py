@@ -74,7 +74,7 @@ def create_app(service: Service) -> FastAPI:
 
 
 def build_service(params: ServeParams, params_file: str | Path = "params.yaml", *, token: str | None = None,
-                  load_llm=None, abstain: AbstainParams = AbstainParams()) -> Service:
+                  load_llm=None, abstain: AbstainParams | None = None) -> Service:
     """The real service: the checkpoints of ``params`` loaded, the index opened, the worker started.
     ``params_file`` only words errors and resolves checkpoint names; ``abstain`` is its own section."""
     from factrl.hardware import resolve_device
@@ -106,7 +106,7 @@ def build_service(params: ServeParams, params_file: str | Path = "params.yaml", 
     calibrations = {c.name: Calibration.load(params.calibration_dir, c.name) for c in checkpoints}
     verifiers = load_verifiers(checkpoints, retriever, load_llm=load_llm, top_k=params.top_k,
                                max_turns=params.max_turns, max_new_tokens=params.max_new_tokens, prices=params.prices,
-                               abstain=abstain, calibrations=calibrations)
+                               abstain=abstain or AbstainParams(), calibrations=calibrations)
     index_digest, params_digest = index_hash(params.index), params_hash(params)
     provenance = {c.name: {"checkpoint_hash": f"{model_hash(c.reason)}+{model_hash(c.search)}",
                            "index_hash": index_digest, "params_hash": params_digest} for c in checkpoints}
