@@ -11,7 +11,6 @@ from factrl.agents.haris import (
     default_reasoning_params,
     default_search_params,
     format_trace,
-    main,
     verify,
 )
 from factrl.agents.protocol import escape_tags, parse_reasoning, parse_search
@@ -132,34 +131,3 @@ def test_real_haris_rollout_on_demo_world(local_llm, demo_world, demo_retriever,
     assert trace.startswith(f"CLAIM: {claims[0]['claim']}\n")
     assert f"[question 1] {t.queries[0]}" in trace and f"[result] {t.results[0].strip()}" in trace
     assert f"VERDICT: {res.verdict or 'none (no valid verification)'}" in trace
-
-
-@pytest.mark.slow
-def test_cli_verify_prints_trace(demo_world, capsys):
-    _, index = demo_world
-    claim = demo_world[0][0]["claim"]
-    assert main([claim, "--index", str(index), "--mode", "bm25", "--max-turns", "1", "--max-new-tokens", "24"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"CLAIM: {claim}") and "VERDICT:" in out and "finish:" in out
-
-
-def test_cli_verify_rejects_missing_index(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["x", "--index", str(tmp_path)])
-    assert "holds no finished index" in capsys.readouterr().err
-
-
-def test_cli_verify_sends_each_agent_where_its_spec_says(demo_world, script_llm, monkeypatch, capsys):
-    """--backend openai routes both agents to the endpoint; an explicit spec keeps its own endpoint."""
-    from factrl.llm import backends
-
-    loaded = []
-    reply = "I know.</think><verification>\\boxed{Support}</verification>"
-    monkeypatch.setattr(backends, "load_llm", lambda spec: loaded.append(spec) or script_llm(lambda prompt: reply))
-    _, index = demo_world
-    args = ["A claim.", "--index", str(index), "--mode", "bm25", "--max-turns", "1"]
-    assert main([*args, "--backend", "openai", "--base-url", "http://h:1/v1", "--model", "served",
-                 "--search-model", "openai:other@http://h:2/v1"]) == 0
-    assert loaded == ["openai:served@http://h:1/v1", "openai:other@http://h:2/v1"]
-    assert "VERDICT: SUPPORTS" in capsys.readouterr().out
-

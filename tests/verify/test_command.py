@@ -33,7 +33,6 @@ def test_cli_verify_says_not_enough_evidence_for_a_claim_the_corpus_does_not_hol
     assert "no cited sentence mentions 'Paris'" in out and "searched: capital of France Paris" in out
 
 
-
 @pytest.mark.slow
 def test_factrl_verify_with_smollm2_on_a_claim_outside_the_demo_corpus(demo_world, capsys, tmp_path):
     """The real SmolLM2-135M path (both agents, greedy) over a demo world's index: whatever the base
@@ -43,3 +42,35 @@ def test_factrl_verify_with_smollm2_on_a_claim_outside_the_demo_corpus(demo_worl
                  "--max-new-tokens", "48", "--params", str(tmp_path / "absent.yaml")]) == 0
     out = capsys.readouterr().out
     assert "OUTCOME: SUPPORTS" not in out and "OUTCOME: REFUTES" not in out, out
+
+
+@pytest.mark.slow
+def test_cli_verify_prints_trace(demo_world, capsys):
+    _, index = demo_world
+    claim = demo_world[0][0]["claim"]
+    assert main([claim, "--index", str(index), "--mode", "bm25", "--max-turns", "1", "--max-new-tokens", "24",
+                 "--show-raw"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"CLAIM: {claim}") and "VERDICT:" in out and "finish:" in out and "OUTCOME:" in out
+    assert "--- reasoning agent ---" in out
+
+
+def test_cli_verify_rejects_missing_index(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["x", "--index", str(tmp_path)])
+    assert "holds no finished index" in capsys.readouterr().err
+
+
+def test_cli_verify_sends_each_agent_where_its_spec_says(demo_world, script_llm, monkeypatch, capsys):
+    """--backend openai routes both agents to the endpoint; an explicit spec keeps its own endpoint."""
+    from factrl.llm import backends
+
+    loaded = []
+    reply = "I know.</think><verification>\\boxed{Support}</verification>"
+    monkeypatch.setattr(backends, "load_llm", lambda spec: loaded.append(spec) or script_llm(lambda prompt: reply))
+    _, index = demo_world
+    args = ["A claim.", "--index", str(index), "--mode", "bm25", "--max-turns", "1"]
+    assert main([*args, "--backend", "openai", "--base-url", "http://h:1/v1", "--model", "served",
+                 "--search-model", "openai:other@http://h:2/v1"]) == 0
+    assert loaded == ["openai:served@http://h:1/v1", "openai:other@http://h:2/v1"]
+    assert "VERDICT: SUPPORTS" in capsys.readouterr().out

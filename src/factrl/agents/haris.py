@@ -7,7 +7,7 @@ each question is answered by a full search-agent rollout (``<search>`` -> top-3 
 (:func:`factrl.agents.rollout.agent_loop`); a question runs its search agent's loop inside the
 asking trajectory, and one scheduler (:func:`factrl.agents.loop.run_loops`) batches them all, so
 one code path serves inference, label synthesis and training. ``factrl verify "CLAIM"`` runs it
-from the command line.
+from the command line (:mod:`factrl.verify.command`).
 
 System prompts come in styles (:data:`PROMPTS`): ``full`` (rules and a worked example, what an
 untrained model needs) and ``short`` (the tags only, for agents that learned the protocol in the
@@ -19,7 +19,6 @@ agent runs, so training, synthesis and evaluation always prompt a model the way 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -271,51 +270,3 @@ def format_trace(result: HarisResult) -> str:
                  + (f" ({result.parse.error})" if result.parse.error else ""))
     lines.append(f"finish: {result.trajectory.finish_reason}")
     return "\n".join(lines)
-
-
-def _load_llm(spec: str, cache: dict):
-    from factrl.llm.backends import load_llm
-
-    if spec not in cache:
-        cache[spec] = load_llm(spec)
-    return cache[spec]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``factrl verify "CLAIM"``: run HARIS on one claim and print the trace."""
-    parser = argparse.ArgumentParser(prog="factrl verify", description="verify a claim with HARIS")
-    parser.add_argument("claim")
-    parser.add_argument("--index", default="index", help="index directory (default: index/)")
-    parser.add_argument("--mode", default="dense", choices=("bm25", "dense", "hybrid"))
-    parser.add_argument("--reason-model", default="smollm2-135m", help="model or LLM spec (openai:MODEL@URL)")
-    parser.add_argument("--search-model", default="smollm2-135m", help="model or LLM spec (openai:MODEL@URL)")
-    parser.add_argument("--k", type=int, default=TOP_K)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--show-raw", action="store_true", help="also print both agents' raw responses")
-    from factrl.llm.backends import add_endpoint_args, routed
-
-    add_endpoint_args(parser)
-    args = parser.parse_args(argv)
-    from factrl.retrieval.index import Retriever
-
-    if not (Path(args.index) / "manifest.json").exists():
-        parser.error(f"{args.index} holds no finished index; run `factrl index` or pass --index")
-    retriever = Retriever(args.index, mode=args.mode)
-    cache: dict = {}
-    reason_llm = _load_llm(routed(args, args.reason_model), cache)
-    search_llm = _load_llm(routed(args, args.search_model), cache)
-    common = {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
-    [result] = verify(
-        [args.claim], reason_llm=reason_llm, search_llm=search_llm, retriever=retriever, k=args.k,
-        reason_params=default_reasoning_params(max_turns=args.max_turns, **common),
-        search_params=default_search_params(**common),
-    )
-    print(format_trace(result))
-    if args.show_raw:
-        print("\n--- reasoning agent ---\n" + result.trajectory.response_text)
-        for s in result.searches:
-            if s is not None:
-                print(f"\n--- search agent: {s.question} ---\n" + s.trajectory.response_text)
-    return 0

@@ -48,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--show-raw", action="store_true", help="also print both agents' raw responses")
     p.add_argument("--params", default="params.yaml",
                    help="params file whose section abstain decides NOT ENOUGH INFO (its defaults when absent)")
     add_endpoint_args(p)
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                       k=args.k, reason_params=default_reasoning_params(max_turns=args.max_turns, **common),
                       search_params=default_search_params(**common))
     print(format_trace(result))
+    if args.show_raw:
+        print("\n--- reasoning agent ---\n" + result.trajectory.response_text)
+        for s in result.searches:
+            if s is not None:
+                print(f"\n--- search agent: {s.question} ---\n" + s.trajectory.response_text)
     print()
     print(outcome_lines(result, retriever.hits, params))
     return 0
