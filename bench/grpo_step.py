@@ -3,7 +3,7 @@
 One step is what ``factrl.rl.trainer.train`` runs per optimizer update in ``train_reason``: draw the
 profile's claims (``train.reasoning``: ``prompts_per_step`` x ``group_size`` rollouts, dynamic
 sampling's extra draws), roll the policy out with the frozen search agent answering its questions
-(``recipes.haris_rounds``: the same rollout, tool and reward functions as the stage), score, one
+(``recipes.haris.rounds``: the same rollout, tool and reward functions as the stage), score, one
 ``GRPOTrainer.step``. The timings are train()'s own per-step row (``rollout_time``,
 ``train_time``, ``step_time``) and its per-engine counters (``engine_<label>_*``), so the bench
 measures exactly what a run logs.
@@ -68,7 +68,7 @@ def reasoning_params(profile: str):
     Where ruamel.yaml is missing (a bare CUDA machine), the demo's is read with PyYAML (transformers
     brings it) into the same dataclass."""
     from factrl.config import from_dict, load_section
-    from factrl.recipes.haris_params import ReasonTrainParams, TrainParams
+    from factrl.recipes.haris.params import ReasonTrainParams, TrainParams
 
     try:
         import ruamel.yaml  # noqa: F401
@@ -112,7 +112,7 @@ def world(tmp: Path, tiny: bool):
 
     from factrl.data.params import WorldParams
     from factrl.data.world import write_world
-    from factrl.recipes.haris_rounds import reasoning_items
+    from factrl.recipes.haris.rounds import reasoning_items
 
     write_world(WorldParams(seed=13, num_passages=2000, num_claims=NUM_CLAIMS, hops=(2, 3)),
                 tmp / "passages.parquet", tmp / "claims.parquet")
@@ -182,7 +182,7 @@ def run_config(args, levers: dict[str, bool]) -> dict:
     from factrl.agents.tools import RetrieverTool
     from factrl.hardware import resolve_device, use_bf16
     from factrl.llm.local import LocalLLM
-    from factrl.recipes import haris_rounds
+    from factrl.recipes.haris import rounds as haris_rounds
     from factrl.rl.runs import grpo_params
     from factrl.rl.trainer import GRPOTrainer, train
 

@@ -97,7 +97,7 @@ def gate_figures(train, retriever, models: Path, n_claims: int, group: int, sett
     from factrl.agents.tools import RetrieverTool
     from factrl.data.splits import balanced_subset
     from factrl.llm.backends import load_llm
-    from factrl.recipes import haris_rounds as hr
+    from factrl.recipes.haris import rounds as hr
     from factrl.rl.gate import figures_by_stratum
 
     claims = balanced_subset(train, n_claims).to_pylist()

@@ -5,7 +5,7 @@
 Round r reads its claims (segments/<segment>.parquet), runs the reasoning agent H_{prev} (with the
 search agent L_{prev} answering its questions over index/) to collect the questions it asks, keeps
 one question per claim, pairs it with the gold evidence, and has the teacher answer it (the recipe:
-:func:`factrl.recipes.haris_synthesize.synthesize_round`). Outputs: qa/qa_r<id>.parquet (QA_PAIRS,
+:func:`factrl.recipes.haris.synthesize.synthesize_round`). Outputs: qa/qa_r<id>.parquet (QA_PAIRS,
 answered pairs), qa/rejected_r<id>.parquet (None answers, teacher failures, claims without a
 question, with the reason) and qa/summary_r<id>.json (rates, tokens, cost, calls).
 """
@@ -21,9 +21,9 @@ from factrl.data.schemas import QA_PAIRS
 from factrl.io import write_json, write_parquet
 from factrl.llm.models import cache_dir
 from factrl.model_names import RoundsParams, checkpoint_of
-from factrl.recipes.haris_params import SynthesizeParams
-from factrl.recipes.haris_rounds import find_round, round_claims
-from factrl.recipes.haris_synthesize import evidence_passages, haris_rollout_fn, synthesize_round
+from factrl.recipes.haris.params import SynthesizeParams
+from factrl.recipes.haris.rounds import find_round, round_claims
+from factrl.recipes.haris.synthesize import evidence_passages, haris_rollout_fn, synthesize_round
 from factrl.recipes.teacher import open_teacher
 
 

@@ -66,7 +66,7 @@ def test_device_names_load_and_a_missing_cuda_names_the_key(tmp_path):
     """Params validate the name; availability is checked where the model loads, naming the key."""
     import torch
 
-    from factrl.recipes.haris_params import SearchTrainParams
+    from factrl.recipes.haris.params import SearchTrainParams
     from factrl.rl.runs import train_device
 
     path = tmp_path / "params.yaml"

@@ -303,7 +303,7 @@ def test_profiles_and_dry_runs_run(page, block, tmp_path):
     README shows prints verl's command and composed config."""
     from factrl.config import load_section
     from factrl.profiles import apply_profile
-    from factrl.recipes.haris_params import TrainParams
+    from factrl.recipes.haris.params import TrainParams
 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from factrl.recipes.haris_params import SearchTrainParams
+from factrl.recipes.haris.params import SearchTrainParams
 from factrl.rl import runs
 from tests.stages.test_train import SHORT
 

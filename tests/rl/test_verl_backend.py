@@ -1,4 +1,4 @@
-"""The verl backend's plain parts (factrl.rl.verl_backend, factrl.recipes.verl_rounds.plan): the
+"""The verl backend's plain parts (factrl.rl.verl_backend, factrl.recipes.haris.verl_rounds.plan): the
 overrides compose with verl's own ``ppo_trainer`` config and pass verl's own validation, with the
 paper's numbers where the paper profile says so; the exported rows load in verl's ``RLHFDataset``
 with the real SmolLM2 tokenizer; ``factrl train --dry-run`` prints a complete command; verl's FSDP
@@ -26,8 +26,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from factrl import config as factrl_config
 from factrl.model_names import RoundParams
 from factrl.profiles import apply_profile
-from factrl.recipes import verl_rounds
-from factrl.recipes.haris_params import TrainParams
+from factrl.recipes.haris import verl_rounds
+from factrl.recipes.haris.params import TrainParams
 from factrl.rl import verl_backend, verl_run
 from factrl.rl.verl_backend import MAIN_PPO
 from factrl.testing.pipeline_repo import edit_params
@@ -52,7 +52,7 @@ def paper_train(repo_root, tmp_path) -> TrainParams:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["pkg://factrl.recipes.haris_verl", "/abs/x.parquet", "~/a b", "it's", "back\\slash",
+@pytest.mark.parametrize("value", ["pkg://factrl.recipes.haris.verl_loops", "/abs/x.parquet", "~/a b", "it's", "back\\slash",
                                    "end\\", "a,b", "x=y", "[a]", "", "1e-6", "true", "null", "5", "inf", "token-mean"])
 def test_strings_survive_hydras_override_grammar(value):
     parsed = OverridesParser.create().parse_override(f"key={verl_backend.hydra_value(value)}")
@@ -82,7 +82,7 @@ def test_the_paper_profile_is_the_papers_recipe(tmp_path, repo_root):
     assert rollout.tensor_model_parallel_size == 2 and cfg.data.train_batch_size == 48
     assert actor.optim.lr == 1e-6 and actor.use_kl_loss and actor.kl_loss_coef == 0.001
     assert cfg.data.max_prompt_length + cfg.data.max_response_length == 8192
-    assert cfg.reward.custom_reward_function.path == "pkg://factrl.recipes.haris_verl"
+    assert cfg.reward.custom_reward_function.path == "pkg://factrl.recipes.haris.verl_loops"
     assert rollout.agent.default_agent_loop == "haris_reasoning" and rollout.multi_turn.max_user_turns == 4
     # the engine/trainer gap corrected as the local trainer does: token TIS capped at tis_cap
     assert cfg.algorithm.rollout_correction.rollout_is == "token" and rollout.calculate_log_probs

@@ -21,8 +21,8 @@ import pytest
 
 from factrl.data.params import WorldParams
 from factrl.llm.backends import open_llm
-from factrl.recipes import haris_rounds
-from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams
+from factrl.recipes.haris import rounds as haris_rounds
+from factrl.recipes.haris.params import ReasonTrainParams, SearchTrainParams
 from factrl.rl.runs import RunResult
 from factrl.rl.step_log import read_history, read_summary
 
@@ -149,7 +149,7 @@ def _train_both(world, retriever, tmp_path, load, steps: int, monkeypatch) -> No
     written, checkpoints are dropped at the end; every question of the reasoning agent is answered
     by the search agent the first stage wrote (loaded from its directory)."""
     from factrl.llm.local import LocalLLM
-    from factrl.recipes.haris_train import train_reason, train_search
+    from factrl.recipes.haris.train import train_reason, train_search
 
     _learning_signal(monkeypatch)
     claims, _ = world
@@ -245,7 +245,7 @@ TINY = dict(SHORT, steps=3, lr=1e-3, max_new_tokens=8)
 
 
 def _tiny_run(out: Path, kill_after: int | None, **params) -> RunResult:
-    from factrl.recipes.haris_train import train_search
+    from factrl.recipes.haris.train import train_search
     from factrl.retrieval.index import Retriever
     from tests.rl.tiny import tiny_model, tokenizer
 
@@ -331,7 +331,7 @@ def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
     """Synthesis may keep no question in a round: L_r = L_prev (same weights), an empty plots file."""
     from safetensors.torch import load_file
 
-    from factrl.recipes.haris_train import train_search
+    from factrl.recipes.haris.train import train_search
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, _ = world

@@ -9,9 +9,29 @@ against it); the callables that build an agent's prompts and rollouts live with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from factrl.registry import Registry
+
+
+@dataclass(frozen=True)
+class VerlForm:
+    """What an agent is on verl (``factrl.recipes.haris.verl_rounds``), as dotted names verl imports.
+
+    loop: its agent loop's registered name (a row's ``agent_name`` and ``data_source``, so also the
+        reward's name). loop_class / tool_class: the classes verl loads. tool: the tool's name in
+        the agent's turns. ability / reward_style: the row fields verl's reward manager reads.
+    reward_keys: item fields the reward reads besides the ground truth (the row's ``extra_info``).
+    """
+
+    loop: str
+    loop_class: str
+    tool: str
+    tool_class: str
+    ability: str
+    reward_style: str
+    reward_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -26,6 +46,7 @@ class AgentSpec:
     reward: the default reward (``factrl.rewards``) its training uses.
     prompt_key / truth_key: the item fields its prompt is made from and its reward checks against.
     stop_tag: the tag that ends a turn and calls its tool.
+    verl: its form on verl (:class:`VerlForm`).
     masks_tool_tokens: whether the tool's inserted tokens are masked out of the loss (always, in HARIS).
     """
 
@@ -36,6 +57,7 @@ class AgentSpec:
     prompt_key: str
     truth_key: str
     stop_tag: str
+    verl: VerlForm = field(compare=False)
     masks_tool_tokens: bool = True
 
     @property
@@ -48,17 +70,30 @@ class AgentSpec:
         """Its training stage in dvc.yaml (``train_reason``; one per round: ``train_reason@<r>``)."""
         return f"train_{self.name}"
 
+    def state_dir(self, round_id: int, root: str | Path = "checkpoints") -> Path:
+        """Its training state in round ``round_id`` (``checkpoints/reason_r1``; DVC ``persist``)."""
+        return Path(root) / f"{self.name}_r{round_id}"
+
+    def curves_dir(self, round_id: int, root: str | Path = "metrics/train") -> Path:
+        """Its training curves in round ``round_id`` (``metrics/train/reason_r1``, DVCLive)."""
+        return Path(root) / f"{self.name}_r{round_id}"
+
     def train_params(self, train):
-        """Its section of a loaded ``train`` params section (:class:`factrl.recipes.haris_params.TrainParams`)."""
+        """Its section of a loaded ``train`` params section (:class:`factrl.recipes.haris.params.TrainParams`)."""
         return getattr(train, self.params_attr)
 
 
 AGENTS: Registry[AgentSpec] = Registry("agent")
+_VERL_LOOPS = "factrl.recipes.haris.verl_loops"
 for _spec in (
     AgentSpec("reason", role="reasoning", params_attr="reasoning", reward="haris_reasoning", prompt_key="claim",
-              truth_key="label", stop_tag="</question>"),
+              truth_key="label", stop_tag="</question>",
+              verl=VerlForm("haris_reasoning", f"{_VERL_LOOPS}.ReasoningAgentLoop", "search_agent",
+                            f"{_VERL_LOOPS}.SearchAgentVerlTool", "claim_verification", "rule", ("num_hops",))),
     AgentSpec("search", role="search", params_attr="search", reward="haris_search", prompt_key="question",
-              truth_key="answer", stop_tag="</search>"),
+              truth_key="answer", stop_tag="</search>",
+              verl=VerlForm("haris_search", f"{_VERL_LOOPS}.SearchAgentLoop", "retriever",
+                            f"{_VERL_LOOPS}.RetrieverVerlTool", "fact_search", "judge")),
 ):
     AGENTS.add(_spec.name, _spec)
 

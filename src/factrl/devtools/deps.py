@@ -82,9 +82,9 @@ SOURCE_ROOTS = ("", "src")  # where top-level modules are found (stages, flows a
 # module -> the modules it makes run.
 DYNAMIC_IMPORTS: dict[str, tuple[str, ...]] = {
     # plan() starts the retriever as `python -m factrl.cli serve-retriever` (cli.COMMANDS names
-    # factrl.retrieval.server) and hands verl the agent loops, tools and reward of haris_verl as dotted
+    # factrl.retrieval.server) and hands verl the agent loops, tools and reward of haris.verl_loops as dotted
     # paths (AGENTS, REWARD_MODULE).
-    "factrl.recipes.verl_rounds": ("factrl.cli", "factrl.retrieval.server", "factrl.recipes.haris_verl"),
+    "factrl.recipes.haris.verl_rounds": ("factrl.cli", "factrl.retrieval.server", "factrl.recipes.haris.verl_loops"),
     # spawn_server() runs `python -m factrl.cli serve-llm`, which cli.COMMANDS maps to factrl.llm.serve.
     "factrl.llm.serve": ("factrl.cli", "factrl.llm.serve"),
 }

@@ -17,7 +17,7 @@ import yaml
 from factrl.agents.registry import AGENTS, by_stage
 from factrl.config import PARAMS_FILE, load_section, to_dict
 from factrl.model_names import RoundsParams
-from factrl.recipes.haris_params import TrainParams
+from factrl.recipes.haris.params import TrainParams
 
 STAGES = {spec.train_stage: spec.name for spec in AGENTS.values()}  # train_reason -> reason
 
@@ -32,7 +32,7 @@ def parse_stage(stage: str) -> tuple[str, int]:
 
 def dry_run(stage: str, round_id: int, backend: str, params_file: str) -> str:
     """What the stage would run (see the module docstring)."""
-    from factrl.recipes.haris_rounds import find_round
+    from factrl.recipes.haris.rounds import find_round
 
     rnd = find_round(load_section(RoundsParams, params_file).rounds, round_id)
     train = load_section(TrainParams, params_file)
@@ -43,7 +43,7 @@ def dry_run(stage: str, round_id: int, backend: str, params_file: str) -> str:
             to_dict(spec.train_params(train)), sort_keys=False)
     from omegaconf import OmegaConf
 
-    from factrl.recipes import verl_rounds
+    from factrl.recipes.haris import verl_rounds
     from factrl.rl import verl_backend
 
     p = verl_rounds.plan(agent, rnd, train)
@@ -67,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         print(dry_run(stage, round_id, backend, args.params))
         return 0
     # the stage's recipe, in the current directory's layout (qa/, segments/, index/, models/), as DVC runs it
-    from factrl.recipes import haris_train
+    from factrl.recipes.haris import train as haris_train
 
-    run = {"train_search": haris_train.run_train_search, "train_reason": haris_train.run_train_reason}[stage]
-    run(round_id, args.params, backend=backend)
+    haris_train.run_train(by_stage(stage).name, round_id, args.params, backend=backend)
     return 0
 

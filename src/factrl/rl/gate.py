@@ -13,7 +13,7 @@ what some samples already do):
 
 :func:`group_figures` computes them from per-rollout rewards and correctness grouped by prompt;
 the HARIS round measures them for its starting pair before it trains (``train.reasoning.gate_claims``,
-``factrl.recipes.haris_train.measure_gate``), and ``factrl train-summary`` prints them (:func:`gate_sentence`).
+``factrl.recipes.haris.train.measure_gate``), and ``factrl train-summary`` prints them (:func:`gate_sentence`).
 """
 
 from __future__ import annotations

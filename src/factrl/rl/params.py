@@ -188,7 +188,7 @@ class AgentTrainParams(GRPOParams):
 @dataclass(frozen=True)
 class VerlParams:
     """The cluster side of ``train.backend: verl``: verl's ``main_ppo`` on Ray, vLLM (or SGLang)
-    rollouts, an FSDP actor (``factrl.recipes.verl_rounds``; docs/scale.md).
+    rollouts, an FSDP actor (``factrl.recipes.haris.verl_rounds``; docs/scale.md).
 
     n_gpus_per_node: GPUs per node verl trains and rolls out on (``trainer.n_gpus_per_node``).
     nnodes: nodes of the Ray cluster (``trainer.nnodes``).

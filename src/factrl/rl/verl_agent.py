@@ -16,7 +16,7 @@ limits are the local trainer's, so the two paths produce the same token ids and 
 same samples (``tests/rl/test_verl_agent.py`` checks it on SmolLM2).
 
 Which loops and tools exist (HARIS's two agents, the retriever, the served search agent) is a
-recipe's business: ``factrl.recipes.haris_verl``.
+recipe's business: ``factrl.recipes.haris.verl_loops``.
 """
 
 from __future__ import annotations

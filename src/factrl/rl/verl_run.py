@@ -2,7 +2,7 @@
 :func:`run` (``python -m verl.trainer.main_ppo`` on a Ray GPU cluster, with the servers its tools
 reach).
 
-A recipe builds the plan (HARIS: :func:`factrl.recipes.verl_rounds.plan`; MARCH:
+A recipe builds the plan (HARIS: :func:`factrl.recipes.haris.verl_rounds.plan`; MARCH:
 :func:`factrl.recipes.march_verl.plan`): the work directory (DVC ``persist``), the rows its items
 make, the tool and agent-loop configs, the servers, verl's Hydra overrides and environment.
 :func:`run` then exports the rows and configs (:func:`export`), starts the servers, runs

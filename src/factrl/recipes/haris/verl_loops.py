@@ -1,6 +1,6 @@
 """HARIS on verl: its two agents as verl agent loops, their tools as verl tools, their rewards as
 one ``compute_score``, all made of the parts the local trainer uses (``factrl.agents``,
-``factrl.rewards``, ``factrl.recipes.haris_rounds``).
+``factrl.rewards``, ``factrl.recipes.haris.rounds``).
 
 Agent loops, registered by name (a row's ``agent_name``; ``factrl.rl.verl_backend`` also writes
 them into ``rollout.agent.agent_loop_config_path`` so Ray workers that never imported this module
@@ -18,7 +18,7 @@ Tools (``multi_turn.tool_config_path``, ``class_name`` + ``config``):
   ``factrl serve-agent``, or ``factrl serve-llm``) searching ``config.retriever_url``; the answer
   is its report, as the paper serves L_r while H trains.
 
-Rewards: :func:`compute_score` (``reward.custom_reward_function.path=pkg://factrl.recipes.haris_verl``)
+Rewards: :func:`compute_score` (``reward.custom_reward_function.path=pkg://factrl.recipes.haris.verl_loops``)
 scores a response with the reward function named by the row's ``data_source`` (``haris_reasoning``,
 ``haris_search``) through the local trainer's reward functions, so both trainers see the same
 rewards for the same text.
@@ -33,13 +33,14 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import register
 
 from factrl.agents import haris
+from factrl.agents.registry import agent
 from factrl.agents.tools import RetrieverTool
-from factrl.recipes import haris_rounds
+from factrl.recipes.haris import rounds as haris_rounds
 from factrl.rewards.haris import QuestionRule
 from factrl.rl.verl_agent import FactrlAgentLoop, FactrlTool, plain
 
-REASONING = "haris_reasoning"  # agent loop of the reasoning agent, and its reward
-SEARCH = "haris_search"  # agent loop of the search agent, and its reward
+REASONING = agent("reason").verl.loop  # agent loop of the reasoning agent, and its reward
+SEARCH = agent("search").verl.loop  # agent loop of the search agent, and its reward
 
 
 # --------------------------------------------------------------------------------------------
@@ -51,7 +52,7 @@ SEARCH = "haris_search"  # agent loop of the search agent, and its reward
 class ReasoningAgentLoop(FactrlAgentLoop):
     """The reasoning agent H: asks ``<question>``s that the served search agent answers."""
 
-    tool_name = "search_agent"
+    tool_name = agent("reason").verl.tool
     default_params = staticmethod(haris.default_reasoning_params)
 
 
@@ -59,7 +60,7 @@ class ReasoningAgentLoop(FactrlAgentLoop):
 class SearchAgentLoop(FactrlAgentLoop):
     """The search agent L: ``<search>``es the retriever until it ``<report>``s."""
 
-    tool_name = "retriever"
+    tool_name = agent("search").verl.tool
     default_params = staticmethod(haris.default_search_params)
 
 

@@ -23,7 +23,7 @@ from tests.stages.test_train import qa_table, tiny_world
 def test_train_search_stage_on_the_verl_backend(tmp_path, repo_root, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from factrl.recipes.haris_train import run_train_search
+    from factrl.recipes.haris.train import run_train
     from tests.rl.tiny import tiny_model, tokenizer
 
     claims, index = tiny_world(tmp_path / "world")
@@ -40,7 +40,7 @@ def test_train_search_stage_on_the_verl_backend(tmp_path, repo_root, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(verl_backend, "MAIN_PPO", ("-m", "tests.recipes.fake_main_ppo"))
     monkeypatch.setenv("PYTHONPATH", f"{repo_root}:{repo_root / 'src'}")
-    result = run_train_search(1, "params.yaml", backend="verl")
+    result = run_train("search", 1, "params.yaml", backend="verl")
     assert [r["reward_mean"] for r in result.rows] == [0.1, 0.2, 0.3]
     assert [r["reward_mean"] for r in read_history(tmp_path / "metrics" / "train" / "search_r1")] == [0.1, 0.2, 0.3]
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "models" / "search_1")

@@ -10,8 +10,8 @@ For round r (``rounds`` in params.yaml)::
 
 This module builds, for each agent, the prompts, the rollout function (items, G) -> trajectories and
 the reward function (items, trajectories) -> rewards that :func:`factrl.rl.trainer.train` drives;
-the local stages (:mod:`factrl.recipes.haris_train`) run them through
-:func:`factrl.rl.runs.run_agent_training`, and verl (:mod:`factrl.recipes.haris_verl`) through
+the local stages (:mod:`factrl.recipes.haris.train`) run them through
+:func:`factrl.rl.runs.run_agent_training`, and verl (:mod:`factrl.recipes.haris.verl_loops`) through
 its agent loops and reward hook.
 """
 
@@ -26,7 +26,7 @@ from factrl.agents import haris
 from factrl.agents.rollout import RolloutParams, run_rollouts
 from factrl.agents.tools import RetrieverTool, SearchAgentTool
 from factrl.model_names import RoundParams, chain_entry
-from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams
+from factrl.recipes.haris.params import ReasonTrainParams, SearchTrainParams
 from factrl.rewards import haris as haris_rewards
 from factrl.rewards import maporl as maporl_rewards
 from factrl.rewards.haris import QuestionRule, with_hop_credit

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from factrl.data import synthesis
 from factrl.io import write_json
 from factrl.model_names import RoundParams
-from factrl.recipes.haris_params import SynthesizeParams
+from factrl.recipes.haris.params import SynthesizeParams
 from factrl.recipes.teacher_params import TeacherParams
 from factrl.signatures import pseudo_qa_prompt_hash
 

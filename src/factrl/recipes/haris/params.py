@@ -1,6 +1,6 @@
 """HARIS's round stages' parameters: ``synthesize`` (pseudo-labels for the search agent,
-``factrl.recipes.haris_synthesize``) and ``train`` (the GRPO of each agent in a round,
-``factrl.recipes.haris_train`` / ``haris_rounds``, locally or on verl)."""
+``factrl.recipes.haris.synthesize``) and ``train`` (the GRPO of each agent in a round,
+``factrl.recipes.haris.train`` / ``haris_rounds``, locally or on verl)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HARIS on verl (factrl.recipes.haris_verl): the loops and tools registered where verl looks, the
+"""HARIS on verl (factrl.recipes.haris.verl_loops): the loops and tools registered where verl looks, the
 tools answering from a real ``factrl serve-retriever`` and a real ``factrl serve-llm``, greedy
 rollouts of SmolLM2 identical to the local loop's (ids and masks), and ``compute_score`` equal to
 the local trainer's rewards, loaded through verl's own reward hook.
@@ -21,9 +21,10 @@ from factrl.agents import haris
 from factrl.agents.rollout import run_rollouts
 from factrl.agents.tools import RetrieverTool
 from factrl.model_names import RoundParams
-from factrl.recipes import haris_rounds, verl_rounds
-from factrl.recipes.haris_params import TrainParams
-from factrl.recipes.haris_verl import (
+from factrl.recipes.haris import rounds as haris_rounds
+from factrl.recipes.haris import verl_rounds
+from factrl.recipes.haris.params import TrainParams
+from factrl.recipes.haris.verl_loops import (
     REASONING,
     SEARCH,
     ReasoningAgentLoop,
@@ -50,8 +51,8 @@ def lengths(turns: int, response: int = 2048) -> list[str]:
 def test_loops_and_tools_load_from_the_files_the_stage_writes(tmp_path):
     """What verl's workers do: tools from multi_turn.tool_config_path (verl's tool registry), loops
     from agent.agent_loop_config_path; both agents' plans."""
-    assert _agent_loop_registry[REASONING] == {"_target_": "factrl.recipes.haris_verl.ReasoningAgentLoop"}
-    assert _agent_loop_registry[SEARCH] == {"_target_": "factrl.recipes.haris_verl.SearchAgentLoop"}
+    assert _agent_loop_registry[REASONING] == {"_target_": "factrl.recipes.haris.verl_loops.ReasoningAgentLoop"}
+    assert _agent_loop_registry[SEARCH] == {"_target_": "factrl.recipes.haris.verl_loops.SearchAgentLoop"}
     rnd = RoundParams(id=1, prev=0, segment="all")
     for agent, tool_cls, tool_name, stop in (("search", RetrieverVerlTool, "retriever", "</search>"),
                                              ("reason", SearchAgentVerlTool, "search_agent", "</question>")):
@@ -83,7 +84,7 @@ SEARCH_CASES = [(REPORT % "Ilse Parrow founded it.", "Ilse Parrow", 1.0),
 
 def reward_hook(**reward_kwargs):
     """compute_score as verl's trainer loads it (reward.custom_reward_function, reward_kwargs merged)."""
-    config = cpu_config("reward.custom_reward_function.path=pkg://factrl.recipes.haris_verl",
+    config = cpu_config("reward.custom_reward_function.path=pkg://factrl.recipes.haris.verl_loops",
                         *verl_backend.overrides_from({f"+reward.custom_reward_function.reward_kwargs.{k}": v
                                                       for k, v in reward_kwargs.items()}))
     return get_custom_reward_fn(config)

@@ -1,4 +1,4 @@
-"""The recipe of stage `synthesize` (factrl.recipes.haris_synthesize): one round on a tiny demo world
+"""The recipe of stage `synthesize` (factrl.recipes.haris.synthesize): one round on a tiny demo world
 with a fake rollout function and teacher.
 
 The teacher fan-out runs for real (Prefect tasks under a test harness, the disk cache, batch
@@ -17,9 +17,9 @@ from factrl.data.world_claims import generate_claims
 from factrl.llm.base import Completion
 from factrl.model_names import RoundParams
 from factrl.orchestration.teacher import TeacherBatchError
-from factrl.recipes import haris_synthesize as recipe
-from factrl.recipes.haris_params import SynthesizeParams
-from factrl.recipes.haris_rounds import find_round
+from factrl.recipes.haris import synthesize as recipe
+from factrl.recipes.haris.params import SynthesizeParams
+from factrl.recipes.haris.rounds import find_round
 from factrl.signatures import PseudoAnswer
 from factrl.testing.prefect_harness import prefect_harness
 

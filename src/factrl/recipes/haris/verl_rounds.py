@@ -7,7 +7,7 @@ For ``train_search@r`` / ``train_reason@r``:
    prints it): the work directory (``checkpoints/<agent>_r<id>``, DVC ``persist``), the rows file,
    the tool and agent-loop configs, the servers the tools reach, and the Hydra overrides
    (``factrl.rl.verl_backend.grpo_overrides``).
-2. :func:`factrl.rl.verl_run.export` writes the round's prompts as verl rows (``factrl.recipes.haris_verl`` loops and
+2. :func:`factrl.rl.verl_run.export` writes the round's prompts as verl rows (``factrl.recipes.haris.verl_loops`` loops and
    rewards), checked against the prompt budget with the policy's tokenizer.
 3. :func:`factrl.rl.verl_run.run` starts the servers the plan names (``factrl serve-retriever`` on
    ``index/``; for the reasoning agent L_r on its own ``vllm serve`` through ``factrl serve-agent``,
@@ -21,61 +21,26 @@ this module holds what is HARIS's: the two agents' specs, their rows and their p
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from factrl.agents import haris
 from factrl.agents import registry as agent_registry
 from factrl.model_names import RoundParams
-from factrl.recipes import haris_rounds
-from factrl.recipes.haris_params import TrainParams
-from factrl.recipes.haris_verl import REASONING, SEARCH
+from factrl.recipes.haris import rounds as haris_rounds
+from factrl.recipes.haris.params import TrainParams
 from factrl.rl import verl_backend
 from factrl.rl.params import AgentTrainParams
 from factrl.rl.runs import RunResult, summary_line
 from factrl.rl.verl_run import Server, VerlPlan, main_ppo_env, run
 from factrl.servers import reachable_host
 
-REWARD_MODULE = "pkg://factrl.recipes.haris_verl"
+REWARD_MODULE = "pkg://factrl.recipes.haris.verl_loops"
+MESSAGES = {"reasoning": haris.reasoning_messages, "search": haris.search_messages}  # a row's prompt, by role
 
 
-@dataclasses.dataclass(frozen=True)
-class VerlAgent:
-    """What an agent of :mod:`factrl.agents.registry` is on verl: its agent loop (also its reward's
-    name, the rows' ``data_source``), its tool, and how an item becomes a row: the prompt made from
-    ``item[prompt_key]``, the ground truth ``item[truth_key]`` (the registry's fields)."""
-
-    name: str  # the registry's name: models/<name>_<r>, checkpoints/<name>_r<id>, train_<name>@<r>
-    loop: str
-    loop_class: str
-    tool: str
-    tool_class: str
-    messages: Callable[[str], list]
-    ability: str
-    reward_style: str
-    reward_keys: tuple[str, ...] = ()  # item fields the reward reads besides the ground truth (extra_info)
-
-    @property
-    def prompt_key(self) -> str:
-        return agent_registry.agent(self.name).prompt_key
-
-    @property
-    def truth_key(self) -> str:
-        return agent_registry.agent(self.name).truth_key
-
-
-AGENTS = {
-    "search": VerlAgent("search", SEARCH, "factrl.recipes.haris_verl.SearchAgentLoop", "retriever",
-                        "factrl.recipes.haris_verl.RetrieverVerlTool", haris.search_messages, "fact_search", "judge"),
-    "reason": VerlAgent("reason", REASONING, "factrl.recipes.haris_verl.ReasoningAgentLoop", "search_agent",
-                        "factrl.recipes.haris_verl.SearchAgentVerlTool", haris.reasoning_messages,
-                        "claim_verification", "rule", ("num_hops",)),
-}
-assert set(AGENTS) == set(agent_registry.AGENTS), "every registered agent has its verl form"
 # RolloutParams fields a verl loop or tool takes from factrl's params (the rest are the agents' own)
 ROLLOUT_FIELDS = ("max_turns", "max_new_tokens", "max_context_tokens", "max_tool_response_tokens", "temperature")
 
@@ -89,15 +54,14 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
          metrics_dir: str | Path = "metrics/train", device: str = "cuda") -> VerlPlan:
     """The verl run of ``agent`` (``search`` | ``reason``) in round ``rnd`` (paths absolute: Ray
     workers run elsewhere)."""
-    if agent not in AGENTS:
-        raise ValueError(f"unknown agent {agent!r}; expected one of {sorted(AGENTS)}")
     from factrl.llm.vllm import base_url, serve_agent_command, served_name
 
-    spec, cluster = AGENTS[agent], train.verl
+    spec, cluster = agent_registry.agent(agent), train.verl
+    form = spec.verl
     models_dir, index_dir = Path(models_dir).resolve(), Path(index_dir).resolve()
-    cfg: AgentTrainParams = agent_registry.agent(agent).train_params(train)
-    section = agent_registry.agent(agent).params_key  # where cfg lives, for errors
-    work_dir = (Path(checkpoints_dir) / f"{spec.name}_r{rnd.id}").resolve()
+    cfg: AgentTrainParams = spec.train_params(train)
+    section = spec.params_key  # where cfg lives, for errors
+    work_dir = spec.state_dir(rnd.id, checkpoints_dir).resolve()
     host = reachable_host(cluster.serve_host)
     servers: list[Server] = []
     retriever_url = cluster.retriever_url
@@ -107,7 +71,7 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
             sys.executable, "-m", "factrl.cli", "serve-retriever", "--index", str(index_dir), "--mode",
             cfg.retrieval_mode, "--host", cluster.serve_host, "--port", str(cluster.retriever_port)],
             f"{retriever_url}/health", log="retriever.log"))
-    tool_config = {"name": spec.tool, "retriever_url": retriever_url, "top_k": cfg.top_k}
+    tool_config = {"name": form.tool, "retriever_url": retriever_url, "top_k": cfg.top_k}
     search_model = None
     if agent == "search":
         rollout = _rollout_fields(haris_rounds.search_rollout_params(cfg))
@@ -132,14 +96,14 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
         reward_kwargs = {"require_question": cfg.require_question}
     init_model = str(models_dir / f"{spec.name}_{rnd.prev}")
     p = VerlPlan(
-        stage=f"train_{spec.name}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
+        stage=f"{spec.train_stage}@{rnd.id}", agent=agent, cfg=cfg, init_model=init_model,
         out_model=models_dir / f"{spec.name}_{rnd.id}",
-        curves_dir=(Path(metrics_dir) / f"{spec.name}_r{rnd.id}").resolve(), work_dir=work_dir,
-        tools=[(spec.tool_class, tool_config)], loops={spec.loop: (spec.loop_class, {"rollout": rollout})},
+        curves_dir=spec.curves_dir(rnd.id, metrics_dir).resolve(), work_dir=work_dir,
+        tools=[(form.tool_class, tool_config)], loops={form.loop: (form.loop_class, {"rollout": rollout})},
         overrides=[], servers=servers, env={}, make_rows=functools.partial(agent_rows, agent),
         search_model=search_model)
     p.overrides = verl_backend.grpo_overrides(
-        cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=spec.loop,
+        cfg, cluster, model_path=init_model, train_file=str(p.train_file), agent_name=form.loop,
         tool_config=str(p.tool_config), agent_loop_config=str(p.agent_loop_config),
         state_dir=str(work_dir / "verl"), experiment=f"{spec.name}_r{rnd.id}", reward_function=REWARD_MODULE,
         reward_kwargs=reward_kwargs, device=device, section=section)
@@ -155,13 +119,14 @@ def plan(agent: str, rnd: RoundParams, train: TrainParams, *, index_dir: str | P
 def agent_rows(agent: str, items: list[dict]) -> list[dict]:
     """verl rows of an agent's prompts: the search agent's (``id``, ``question``, ``answer``) or the
     reasoning agent's (``id``, ``claim``, ``label``)."""
-    spec = AGENTS[agent]
+    spec = agent_registry.agent(agent)
+    form, messages = spec.verl, MESSAGES[spec.role]
     return [verl_backend.verl_row(
-        index=i, data_source=spec.loop, agent_name=spec.loop, messages=spec.messages(it[spec.prompt_key]),
-        ground_truth=it[spec.truth_key], ability=spec.ability, reward_style=spec.reward_style, tool_name=spec.tool,
+        index=i, data_source=form.loop, agent_name=form.loop, messages=messages(it[spec.prompt_key]),
+        ground_truth=it[spec.truth_key], ability=form.ability, reward_style=form.reward_style, tool_name=form.tool,
         create_kwargs={"row_id": str(it["id"])},
         extra={"id": str(it["id"]), spec.prompt_key: it[spec.prompt_key],
-               **{k: it[k] for k in spec.reward_keys if it.get(k) is not None}})
+               **{k: it[k] for k in form.reward_keys if it.get(k) is not None}})
         for i, it in enumerate(items)]
 
 

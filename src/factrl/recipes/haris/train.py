@@ -2,25 +2,30 @@
 trainer or on verl (params ``train.backend``).
 
 :func:`train_search` and :func:`train_reason` are the local runs on given inputs (what the tests
-drive); :func:`run_train_search` and :func:`run_train_reason` are the stages: they read the round's
-inputs from the current directory's layout (``qa/``, ``segments/``, ``index/``, ``models/``), as
-``dvc repro`` and ``factrl train`` run them, and hand the rows to the chosen backend. The rollout,
-reward and prompt parts they wire are :mod:`factrl.recipes.haris_rounds`'s, shared with verl; the run around them (fingerprint, resume,
+drive); :func:`run_train` is the stage of either agent: it reads the round's inputs from the current
+directory's layout (``qa/``, ``segments/``, ``index/``, ``models/``), as ``dvc repro`` and
+``factrl train`` run it, and hands the rows to the chosen backend. What differs between the agents
+is one :class:`RoundRun` each in :data:`ROUND_RUNS`, by the agent registry's name. The rollout,
+reward and prompt parts they wire are :mod:`factrl.recipes.haris.rounds`'s, shared with verl; the run around them (fingerprint, resume,
 the saved model) is :func:`factrl.rl.runs.run_agent_training`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from factrl.agents.registry import agent
 from factrl.io import model_digest, write_json
-from factrl.model_names import RoundsParams, checkpoint_of
-from factrl.recipes import haris_rounds
-from factrl.recipes.haris_params import ReasonTrainParams, SearchTrainParams, TrainParams
+from factrl.model_names import RoundParams, RoundsParams, checkpoint_of
+from factrl.recipes.haris import rounds as haris_rounds
+from factrl.recipes.haris.params import ReasonTrainParams, SearchTrainParams, TrainParams
+from factrl.registry import Registry
 from factrl.rl import runs
 from factrl.rl.gate import NO_GATE, figures_by_stratum, gate_passes, gate_sentence
 from factrl.rl.runs import RunResult
@@ -127,52 +132,90 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
             model_tokenizer=model_tokenizer, on_step=on_step)
 
 
-def run_train_search(round_id: int, params_file: str = "params.yaml", backend: str | None = None) -> RunResult:
-    """Stage ``train_search@<round_id>`` in the current directory (a checkout's layout): qa/qa_r<id>.parquet
-    and index/ in, models/search_<id> and metrics/train/search_r<id>/ out; on ``backend`` (default:
-    params ``train.backend``)."""
+@dataclass(frozen=True)
+class RoundRun:
+    """What a round's stage ``train_<agent>@<r>`` does for one agent, apart from the run that is the
+    same for every agent (:func:`run_train`).
+
+    inputs(rnd, params): the round's rows for the agent, read from the checkout's layout.
+    prompts(rows, params): the training items (what verl trains on).
+    local(rows, rnd, params, paths): the local trainer's run on those rows.
+    """
+
+    inputs: Callable[[RoundParams, Any], Any]
+    prompts: Callable[[Any, Any], list[dict]]
+    local: Callable[[Any, RoundParams, Any, RoundPaths], RunResult]
+
+
+@dataclass(frozen=True)
+class RoundPaths:
+    """Where an agent's round run reads and writes (the registry's layout, :class:`AgentSpec`)."""
+
+    init_model: Path  # models/<agent>_<prev>
+    out_model: Path  # models/<agent>_<r>
+    state_dir: Path  # checkpoints/<agent>_r<id> (DVC persist: a killed run resumes)
+    curves_dir: Path  # metrics/train/<agent>_r<id>
+
+    @classmethod
+    def of(cls, name: str, rnd: RoundParams) -> RoundPaths:
+        spec = agent(name)
+        return cls(checkpoint_of(name, rnd.prev), checkpoint_of(name, rnd.id), spec.state_dir(rnd.id),
+                   spec.curves_dir(rnd.id))
+
+
+def _search_inputs(rnd: RoundParams, params: SearchTrainParams) -> pa.Table:
     import pyarrow.parquet as pq
 
-    from factrl.config import load_section
     from factrl.data.schemas import QA_PAIRS, validate
-    from factrl.retrieval.index import Retriever
 
-    rnd = haris_rounds.find_round(load_section(RoundsParams, params_file).rounds, int(round_id))
-    train = load_section(TrainParams, params_file)
-    params: SearchTrainParams = train.search
     qa_file = Path("qa") / f"qa_r{rnd.id}.parquet"
-    qa = validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
-    if (backend or train.backend) == "verl":
-        from factrl.recipes import verl_rounds
-
-        return verl_rounds.train("search", rnd, train, haris_rounds.search_prompts(qa, params))
-    result = train_search(
-        qa, str(checkpoint_of("search", rnd.prev)), Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"search_r{rnd.id}", out_model=checkpoint_of("search", rnd.id),
-        curves_dir=Path("metrics") / "train" / f"search_r{rnd.id}")
-    print(runs.summary_line(f"train_search@{rnd.id}", result))
-    return result
+    return validate(pq.read_table(qa_file), QA_PAIRS, str(qa_file))
 
 
-def run_train_reason(round_id: int, params_file: str = "params.yaml", backend: str | None = None) -> RunResult:
-    """Stage ``train_reason@<round_id>`` in the current directory: segments/<segment>.parquet, index/ and
-    models/search_<id> in, models/reason_<id> and metrics/train/reason_r<id>/ out; on ``backend``
-    (default: params ``train.backend``)."""
-    from factrl.config import load_section
+def _search_local(qa: pa.Table, rnd: RoundParams, params: SearchTrainParams, paths: RoundPaths) -> RunResult:
     from factrl.retrieval.index import Retriever
 
+    return train_search(qa, str(paths.init_model), Retriever("index", mode=params.retrieval_mode), params,
+                        state_dir=paths.state_dir, out_model=paths.out_model, curves_dir=paths.curves_dir)
+
+
+def _reason_inputs(rnd: RoundParams, params: ReasonTrainParams) -> pa.Table:
+    # keep the (label, hops) balance when only a few claims are used
+    return haris_rounds.round_claims(rnd, params.max_prompts)
+
+
+def _reason_local(claims: pa.Table, rnd: RoundParams, params: ReasonTrainParams, paths: RoundPaths) -> RunResult:
+    from factrl.retrieval.index import Retriever
+
+    return train_reason(claims, str(paths.init_model), str(checkpoint_of("search", rnd.id)),
+                        Retriever("index", mode=params.retrieval_mode), params, state_dir=paths.state_dir,
+                        out_model=paths.out_model, curves_dir=paths.curves_dir, gate_path=gate_path(rnd.id))
+
+
+ROUND_RUNS: Registry[RoundRun] = Registry("round run")
+ROUND_RUNS.add("search", RoundRun(_search_inputs, haris_rounds.search_prompts, _search_local))
+ROUND_RUNS.add("reason", RoundRun(_reason_inputs, haris_rounds.reasoning_prompts, _reason_local))
+
+
+def run_train(agent_name: str, round_id: int, params_file: str = "params.yaml", backend: str | None = None
+              ) -> RunResult:
+    """Stage ``train_<agent_name>@<round_id>`` in the current directory (a checkout's layout), for
+    either agent of :mod:`factrl.agents.registry`: the agent's rows of the round in (``qa/qa_r<id>.parquet``
+    for ``search``; the round's segment of ``segments/`` for ``reason``, which also reads
+    ``models/search_<id>``), ``models/<agent>_<id>`` and ``metrics/train/<agent>_r<id>/`` out; on
+    ``backend`` (default: params ``train.backend``): the local trainer, or verl on the same prompts."""
+    from factrl.config import load_section
+
+    spec = agent(agent_name)
     rnd = haris_rounds.find_round(load_section(RoundsParams, params_file).rounds, int(round_id))
     train = load_section(TrainParams, params_file)
-    params: ReasonTrainParams = train.reasoning
-    claims = haris_rounds.round_claims(rnd, params.max_prompts)  # keep the (label, hops) balance when only a few are used
+    params = spec.train_params(train)
+    recipe = ROUND_RUNS.lookup(spec.name)
+    rows = recipe.inputs(rnd, params)
     if (backend or train.backend) == "verl":
-        from factrl.recipes import verl_rounds
+        from factrl.recipes.haris import verl_rounds
 
-        return verl_rounds.train("reason", rnd, train, haris_rounds.reasoning_prompts(claims, params))
-    result = train_reason(
-        claims, str(checkpoint_of("reason", rnd.prev)), str(checkpoint_of("search", rnd.id)),
-        Retriever("index", mode=params.retrieval_mode), params,
-        state_dir=Path("checkpoints") / f"reason_r{rnd.id}", out_model=checkpoint_of("reason", rnd.id),
-        curves_dir=Path("metrics") / "train" / f"reason_r{rnd.id}", gate_path=gate_path(rnd.id))
-    print(runs.summary_line(f"train_reason@{rnd.id}", result))
+        return verl_rounds.train(spec.name, rnd, train, recipe.prompts(rows, params))
+    result = recipe.local(rows, rnd, params, RoundPaths.of(spec.name, rnd))
+    print(runs.summary_line(f"{spec.train_stage}@{rnd.id}", result))
     return result
