@@ -114,7 +114,7 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     from factrl.data.out_of_corpus import out_of_corpus_claims
     from factrl.eval.abstention import abstention_metrics
     from factrl.eval.params import EvaluateParams
-    from factrl.eval.systems import HarisSystem, load_llm
+    from factrl.eval.systems import ModelSystem, load_llm
     from factrl.model_names import resolve_model
     from factrl.retrieval.index import Retriever
 
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     specs = [str(workspace / s) if (workspace / s).is_dir() else s for s in specs]
     loader = llm_loader or (lambda spec: load_llm(spec, device="cpu", precision=args.precision))
     llms = {s: loader(s) for s in dict.fromkeys(specs)}
-    system = HarisSystem(f"HARIS ({args.checkpoint})", llms[specs[0]], llms[specs[1]], top_k=evaluate.top_k,
+    system = ModelSystem(f"HARIS ({args.checkpoint})", "haris", llms[specs[0]], llms[specs[1]], top_k=evaluate.top_k,
                          max_new_tokens=args.max_new_tokens or evaluate.max_new_tokens,
                          max_turns=args.max_turns or evaluate.max_turns)
     retriever = Retriever(workspace / "index", mode=mode)

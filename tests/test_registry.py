@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from factrl.agents.systems_registry import BASELINES, Baseline, system_names
+from factrl.agents.systems_registry import SYSTEMS, RegisteredSystem, system_names
 from factrl.config import ConfigError, from_dict, registry_names
 from factrl.eval.calibration import METHODS, Calibrator
 from factrl.eval.params import EvaluateParams
@@ -48,7 +48,9 @@ def test_params_names_are_the_registered_entries(cls, field, registry):
 
 
 def test_systems_are_haris_and_the_registered_baselines():
-    assert system_names() == ("haris", *BASELINES) and {"single_agent", "rag", "decompose_verify"} <= set(BASELINES)
+    assert system_names() == tuple(SYSTEMS) and system_names()[0] == "haris"
+    assert {"single_agent", "rag", "decompose_verify"} <= set(SYSTEMS)
+    assert [name for name in SYSTEMS if SYSTEMS[name].pair] == ["haris"]  # the one system on a model pair
 
 
 def test_evaluate_systems_are_read_from_the_baseline_registry(monkeypatch):
@@ -57,8 +59,8 @@ def test_evaluate_systems_are_read_from_the_baseline_registry(monkeypatch):
     with pytest.raises(ConfigError, match=r"evaluate\.systems\[1\]: 'oracle' is not a registered name; use one of "
                                           r"\['decompose_verify', 'haris', 'rag', 'single_agent'\]"):
         from_dict(EvaluateParams, {"systems": ["haris", "oracle"]}, "evaluate")
-    oracle = Baseline("Oracle", lambda claims, llm, retriever, **limits: [])
-    monkeypatch.setitem(BASELINES, "oracle", oracle)
+    oracle = RegisteredSystem("Oracle", lambda claims, llm, retriever, **limits: [])
+    monkeypatch.setitem(SYSTEMS, "oracle", oracle)
     assert from_dict(EvaluateParams, {"systems": ["haris", "oracle"]}, "evaluate").systems == ("haris", "oracle")
     [system] = build_systems(["oracle"], [], "m", load_llm=lambda spec: None)
     assert system.name == "Oracle" and system.kind == "oracle"

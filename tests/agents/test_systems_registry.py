@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factrl.agents import debate
-from factrl.agents.systems_registry import BASELINES, Baseline, ClaimRun, system_names
+from factrl.agents.systems_registry import SYSTEMS, ClaimRun, RegisteredSystem, system_names
 from factrl.config import from_dict
 from factrl.eval.params import EvaluateParams
 from factrl.eval.systems import build_systems, run_system
@@ -44,7 +44,7 @@ def _oracle(claims, llm, retriever, *, top_k, max_new_tokens, max_turns, tempera
 
 def test_a_registered_baseline_is_an_evaluate_system_and_a_debate_member(monkeypatch, claims, demo_retriever):
     items, _ = claims
-    monkeypatch.setitem(BASELINES, "oracle", Baseline("Oracle", _oracle))
+    monkeypatch.setitem(SYSTEMS, "oracle", RegisteredSystem("Oracle", _oracle))
     assert "oracle" in system_names()
     # evaluate: params accept it, build_systems makes it, it runs
     assert from_dict(EvaluateParams, {"systems": ["oracle"]}, "evaluate").systems == ("oracle",)
@@ -79,8 +79,8 @@ def test_evaluate_and_the_debate_run_a_baseline_with_the_same_settings(system, c
 def test_a_fixed_budget_is_the_methods_whatever_the_caller_asks(claims, demo_retriever):
     items, labels = claims
     fake = RecordingFake(by_label(labels))
-    BASELINES["rag"].answer([items[0]["claim"]], fake, demo_retriever, top_k=2, max_new_tokens=512, max_turns=5,
+    SYSTEMS["rag"].answer([items[0]["claim"]], fake, demo_retriever, top_k=2, max_new_tokens=512, max_turns=5,
                             temperature=0.7, seed=4)
     [params] = fake.params
-    assert (params.max_tokens, params.temperature, params.seed) == (BASELINES["rag"].fixed_new_tokens, 0.7, 4)
-    assert BASELINES["single_agent"].fixed_new_tokens is None  # an agent's per-turn budget is the caller's
+    assert (params.max_tokens, params.temperature, params.seed) == (SYSTEMS["rag"].fixed_new_tokens, 0.7, 4)
+    assert SYSTEMS["single_agent"].fixed_new_tokens is None  # an agent's per-turn budget is the caller's

@@ -19,7 +19,7 @@ from factrl.agents.systems_registry import ClaimRun
 from factrl.data.schemas import CLAIMS, METRICS, PASSAGES, TRAJECTORIES, validate
 from factrl.eval import outputs, report, runner
 from factrl.eval.report import table_rows
-from factrl.eval.systems import BaselineSystem, HarisSystem, build_systems
+from factrl.eval.systems import ModelSystem, build_systems
 from factrl.io import write_parquet
 from factrl.llm.base import Completion, TokensUnsupported
 
@@ -128,7 +128,7 @@ def _expected(spec, hops):
 @pytest.fixture
 def result(tmp_path):
     llm = ScriptedLLM()
-    haris = HarisSystem("HARIS test", llm, llm, top_k=2, max_new_tokens=32, max_turns=2)
+    haris = ModelSystem("HARIS test", "haris", llm, llm, top_k=2, max_new_tokens=32, max_turns=2)
     always = ConstantSystem("Always supports", "SUPPORTS")
     sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
     res = runner.evaluate(sets, [haris, always], per_hop=100, seed=3, batch_size=4, n_boot=200, trace_claims=2)
@@ -301,7 +301,7 @@ def test_each_system_frees_its_engines_once_it_has_scored(tmp_path):
     the demo): a system's engines are freed as soon as it is done, before the next system runs."""
     log: list[str] = []
     first, second = ReleasingLLM("a", log), ReleasingLLM("b", log)
-    systems = [HarisSystem("first", first, first, max_new_tokens=32), BaselineSystem("RAG", "rag", second)]
+    systems = [ModelSystem("first", "haris", first, first, max_new_tokens=32), ModelSystem("RAG", "rag", second)]
     sets = [runner.EvalSet("demo", claims_table(SPEC), tiny_retriever(tmp_path))]
     runner.evaluate(sets, systems, per_hop=100, seed=0, batch_size=8, n_boot=10, trace_claims=0)
     first_b, last_a = log.index("b:chat"), len(log) - 1 - log[::-1].index("a:chat")

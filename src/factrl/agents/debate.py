@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from factrl.agents.loop import run_loops
 from factrl.agents.protocol import escape_tags, parse_reasoning, parse_tags
 from factrl.agents.rollout import RolloutParams, agent_loop, chat_prompt_ids
-from factrl.agents.systems_registry import BASELINES, HARIS, haris_runs, seed_for, system_names
+from factrl.agents.systems_registry import SYSTEMS, seed_for, system_names
 from factrl.io import write_json
 from factrl.llm.base import Message, SamplingParams, TokensUnsupported
 from factrl.text import first_sentence
@@ -138,15 +138,13 @@ def plain_text(text: str, limit: int) -> str:
 
 def member_answers(member: Member, claims: list[str], retriever, limits: Limits, temperature: float, seed: int,
                    chars: int) -> list[Answer]:
-    """``member``'s answers to ``claims`` from its system in ``factrl.agents.systems_registry`` (HARIS on
-    its two models, else the registered baseline with the baseline's own settings), sampled at
+    """``member``'s answers to ``claims`` from its system in ``factrl.agents.systems_registry`` (a pair
+    system, HARIS, on its two models; any other on its one; each with its registered settings), sampled at
     ``temperature`` with ``seed``; each run's verdict and text (cut to ``chars``) become an :class:`Answer`."""
     settings = {"top_k": limits.top_k, "max_new_tokens": limits.max_new_tokens, "max_turns": limits.max_turns,
                 "temperature": temperature, "seed": seed}
-    if member.system == HARIS:
-        runs = haris_runs(claims, member.llm, member.search_llm, retriever, **settings)
-    else:
-        runs = BASELINES.lookup(member.system).answer(claims, member.llm, retriever, **settings)
+    runs = SYSTEMS.lookup(member.system).answer(claims, member.llm, retriever, search_llm=member.search_llm,
+                                                **settings)
     return [Answer(r.verdict, r.verdict, plain_text(r.text, chars), bool(r.format_valid), r.error) for r in runs]
 
 

@@ -1,17 +1,19 @@
-"""The one registry of claim-verifying systems: what ``evaluate`` compares and what a debate member answers with.
+"""The one registry of claim-verifying systems: what ``evaluate`` compares, what a debate member
+answers with and what ``factrl serve`` runs.
 
-A system takes a batch of claim texts, the LLM(s) and the retriever and returns one :class:`ClaimRun`
+A system takes a batch of claim texts, its LLM(s) and the retriever and returns one :class:`ClaimRun`
 per claim (the verdict, a text a reader can follow, the questions and searches behind it, the
-trajectories). Two kinds:
+trajectories). Every system is registered by name in :data:`SYSTEMS` with its own settings
+(:class:`RegisteredSystem`), and every caller runs it through :meth:`RegisteredSystem.answer`:
 
-* the baselines (single agent, RAG, Decompose-Then-Verify of :mod:`factrl.agents.baselines`), each
-  registered by name in :data:`BASELINES` with its own decoding settings (:class:`Baseline`): a new
-  baseline registered here is at once an ``evaluate.systems`` name and a ``debate.pool[i].system``;
-* HARIS (:func:`haris_runs`), special because it needs two models (reasoning and search agent); its
-  name is :data:`HARIS`.
+* HARIS (:func:`haris_runs`, name :data:`HARIS`) runs on a model *pair* (reasoning and search agent)
+  and reports a raw confidence and its evidence;
+* the baselines (single agent, RAG, Decompose-Then-Verify of :mod:`factrl.agents.baselines`) run on
+  one model: a new one registered here is at once an ``evaluate.systems`` name and a
+  ``debate.pool[i].system``.
 
-:func:`system_names` lists both, read when asked. Callers: ``factrl.eval.systems`` (evaluation, greedy)
-and ``factrl.agents.debate`` (the generation phase, sampled per member: ``temperature`` and ``seed``).
+Callers: ``factrl.eval.systems`` (evaluation, greedy), ``factrl.agents.debate`` (the generation
+phase, sampled per member: ``temperature`` and ``seed``) and ``factrl.service.engine`` (HARIS).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from dataclasses import dataclass, field
 
 from factrl.agents import baselines
 from factrl.agents.abstain import Grounding
-from factrl.agents.evidence import RecordingRetriever, run_evidence
-from factrl.agents.haris import Haris
+from factrl.agents.evidence import RecordingRetriever, RunEvidence, run_evidence
+from factrl.agents.haris import Haris, HarisResult
 from factrl.agents.rollout import Trajectory
 from factrl.agents.tools import RetrieverTool
 from factrl.llm.base import SamplingParams
@@ -51,6 +53,9 @@ class ClaimRun:
         over the sentences its searches read, ``factrl.agents.evidence``), what ``evaluate`` decides NOT
         ENOUGH INFO from; None for systems that cite nothing (the baselines).
     searched: the run's search queries (HARIS), what a NOT ENOUGH INFO answer says was searched.
+    result / evidence: HARIS's own result (:class:`factrl.agents.haris.HarisResult`) and its evidence
+        (:class:`factrl.agents.evidence.RunEvidence`: per question, what was retrieved, read and cited),
+        for a caller that shows more than the fields above (``factrl serve``); None for the baselines.
     """
 
     verdict: str | None
@@ -63,6 +68,8 @@ class ClaimRun:
     error: str | None = None
     grounding: Grounding | None = None
     searched: list[str] = field(default_factory=list)
+    result: HarisResult | None = None
+    evidence: RunEvidence | None = None
 
 
 def seed_for(temperature: float, seed: int | None) -> int | None:
@@ -72,45 +79,82 @@ def seed_for(temperature: float, seed: int | None) -> int | None:
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """A registered baseline.
+class RegisteredSystem:
+    """A registered system.
 
-    label: its name in the evaluation report (HARIS rows are named by their checkpoint).
+    label: its name in the evaluation report (HARIS rows are named by their checkpoint instead).
     run: ``run(claims, llm, retriever, *, top_k, max_new_tokens, max_turns, temperature, seed) -> [ClaimRun]``
-        over a batch (``temperature`` 0: greedy; ``seed``: a sampled call's).
+        over a batch (``temperature`` 0: greedy; ``seed``: a sampled call's); a pair system's also
+        takes ``search_llm``.
     fixed_new_tokens: the token budget of the method's own calls where the method fixes it (a reply of
         a set shape); None: the caller's per-turn ``max_new_tokens`` (an agent that reasons in turns).
+    pair: it runs on a (reasoning, search) model pair, evaluated once per checkpoint pair (HARIS);
+        otherwise on one model, the base model in ``evaluate``.
     """
 
     label: str
     run: Callable[..., list[ClaimRun]]
     fixed_new_tokens: int | None = None
+    pair: bool = False
 
     def answer(self, claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int,
-               temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
-        """The baseline over ``claims`` at the caller's budgets, its fixed token budget taking precedence."""
+               temperature: float = 0.0, seed: int | None = None, search_llm=None) -> list[ClaimRun]:
+        """The system over ``claims`` at the caller's budgets, its fixed token budget taking precedence;
+        ``search_llm``: a pair system's search model (None: ``llm`` searches too)."""
         tokens = self.fixed_new_tokens if self.fixed_new_tokens is not None else max_new_tokens
+        extra = {"search_llm": search_llm} if self.pair else {}
         return self.run(list(claims), llm, retriever, top_k=top_k, max_new_tokens=tokens, max_turns=max_turns,
-                        temperature=temperature, seed=seed)
+                        temperature=temperature, seed=seed, **extra)
 
 
-BASELINES: Registry[Baseline] = Registry("baseline")
+SYSTEMS: Registry[RegisteredSystem] = Registry("system")
 
 
-def baseline(name: str, label: str, *, fixed_new_tokens: int | None = None) -> Callable:
-    """Decorator registering a baseline's batch function in :data:`BASELINES` as ``name``."""
+def system(name: str, label: str, *, fixed_new_tokens: int | None = None, pair: bool = False) -> Callable:
+    """Decorator registering a system's batch function in :data:`SYSTEMS` as ``name``."""
 
     def deco(fn: Callable[..., list[ClaimRun]]) -> Callable[..., list[ClaimRun]]:
-        BASELINES.add(name, Baseline(label, fn, fixed_new_tokens))
+        SYSTEMS.add(name, RegisteredSystem(label, fn, fixed_new_tokens, pair))
         return fn
 
     return deco
 
 
 def system_names() -> tuple[str, ...]:
-    """Every system by name: :data:`HARIS` and each baseline in :data:`BASELINES`, read when asked, so a
-    baseline registered anywhere is an ``evaluate.systems`` and a ``debate.pool[i].system`` name."""
-    return (HARIS, *BASELINES)
+    """Every system by name, read when asked, so a system registered anywhere is an
+    ``evaluate.systems`` and a ``debate.pool[i].system`` name."""
+    return tuple(SYSTEMS)
+
+
+@system(HARIS, "HARIS", pair=True)
+def haris_runs(claims: list[str], reason_llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int,
+               temperature: float = 0.0, seed: int | None = None, search_llm=None) -> list[ClaimRun]:
+    """HARIS (``factrl.agents.haris``) over ``claims`` with both agents at the same per-turn and
+    per-rollout limits; ``search_llm`` None: the reasoning agent's model searches too. Each run carries
+    its grounding (the retriever is recorded for the batch, so citations come from each claim's own
+    searches, as ``factrl serve`` cites them)."""
+    if isinstance(retriever, RetrieverTool):  # a tool handed in: record the retriever behind it
+        recorder = RecordingRetriever(retriever.retriever)
+        searcher = RetrieverTool(recorder, k=retriever.k, stop_tag=retriever.stop_tag)
+    else:
+        recorder = searcher = RecordingRetriever(retriever)
+    haris = Haris.with_limits(reason_llm, searcher, search_llm=search_llm, top_k=top_k,
+                              max_new_tokens=max_new_tokens, max_turns=max_turns, temperature=temperature,
+                              seed=seed_for(temperature, seed))
+    out = []
+    for res in haris.verify(list(claims)):
+        searches = [s for s in res.searches if s is not None]
+        evidence = run_evidence(res, recorder.hits)
+        trajs = [("reasoning", res.trajectory, res.parse.format_valid)]
+        trajs += [("search", s.trajectory, s.parse.format_valid) for s in searches]
+        out.append(ClaimRun(
+            verdict=res.verdict, questions=res.trajectory.num_tool_calls,
+            searches=sum(s.trajectory.num_tool_calls for s in searches),
+            format_valid=res.parse.format_valid, trajectories=trajs, raw_confidence=res.raw_confidence,
+            text=res.trajectory.response_text, error=res.parse.error,
+            grounding=evidence.grounding(), searched=evidence.searched, result=res, evidence=evidence,
+        ))
+    return out
 
 
 # Counts: the single agent asks no questions and searches as it decides; RAG searches once (the
@@ -122,7 +166,7 @@ def system_names() -> tuple[str, ...]:
 # decomposition; its per-sub-claim verification calls stay greedy (VERIFY_PARAMS).
 
 
-@baseline("single_agent", "Single agent")
+@system("single_agent", "Single agent")
 def single_agent(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int,
                  temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
     params = baselines.default_single_agent_params(max_new_tokens=max_new_tokens, max_turns=max_turns,
@@ -133,7 +177,7 @@ def single_agent(claims: list[str], llm, retriever, *, top_k: int, max_new_token
                      text=r.trajectory.response_text, error=r.parse.error) for r in results]
 
 
-@baseline("rag", "RAG", fixed_new_tokens=VERIFY_PARAMS.max_tokens)
+@system("rag", "RAG", fixed_new_tokens=VERIFY_PARAMS.max_tokens)
 def rag(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int,
         temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
     params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, seed=seed_for(temperature, seed))
@@ -142,7 +186,7 @@ def rag(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, m
                       text=f"From the claim's top passages: {r.contexts[0] if r.contexts else ''}") for r in results]
 
 
-@baseline("decompose_verify", "Decomp-Verify", fixed_new_tokens=baselines.DECOMPOSE_PARAMS.max_tokens)
+@system("decompose_verify", "Decomp-Verify", fixed_new_tokens=baselines.DECOMPOSE_PARAMS.max_tokens)
 def decompose_verify(claims: list[str], llm, retriever, *, top_k: int, max_new_tokens: int, max_turns: int,
                      temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
     params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, seed=seed_for(temperature, seed))
@@ -177,33 +221,3 @@ def _call_trace(result) -> Trajectory:
     return Trajectory(prompt_ids=[], response_ids=[], loss_mask=[], turns=turns,
                       response_text="".join(t for _, t in turns), num_tool_calls=len(result.contexts),
                       finish_reason="stop")
-
-
-def haris_runs(claims: list[str], reason_llm, search_llm, retriever, *, top_k: int, max_new_tokens: int,
-               max_turns: int, temperature: float = 0.0, seed: int | None = None) -> list[ClaimRun]:
-    """HARIS (``factrl.agents.haris``) over ``claims`` with both agents at the same per-turn and
-    per-rollout limits; ``search_llm`` None: the reasoning agent's model searches too. Each run carries
-    its grounding (the retriever is recorded for the batch, so citations come from each claim's own
-    searches, as ``factrl serve`` cites them)."""
-    if isinstance(retriever, RetrieverTool):  # a tool handed in: record the retriever behind it
-        recorder = RecordingRetriever(retriever.retriever)
-        searcher = RetrieverTool(recorder, k=retriever.k, stop_tag=retriever.stop_tag)
-    else:
-        recorder = searcher = RecordingRetriever(retriever)
-    haris = Haris.with_limits(reason_llm, searcher, search_llm=search_llm, top_k=top_k,
-                              max_new_tokens=max_new_tokens, max_turns=max_turns, temperature=temperature,
-                              seed=seed_for(temperature, seed))
-    out = []
-    for res in haris.verify(list(claims)):
-        searches = [s for s in res.searches if s is not None]
-        evidence = run_evidence(res, recorder.hits)
-        trajs = [("reasoning", res.trajectory, res.parse.format_valid)]
-        trajs += [("search", s.trajectory, s.parse.format_valid) for s in searches]
-        out.append(ClaimRun(
-            verdict=res.verdict, questions=res.trajectory.num_tool_calls,
-            searches=sum(s.trajectory.num_tool_calls for s in searches),
-            format_valid=res.parse.format_valid, trajectories=trajs, raw_confidence=res.raw_confidence,
-            text=res.trajectory.response_text, error=res.parse.error,
-            grounding=evidence.grounding(), searched=evidence.searched,
-        ))
-    return out

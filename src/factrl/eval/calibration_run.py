@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from factrl.eval.params import EvaluateParams
 from factrl.eval.runner import EvalResult, EvalSet, sample_set
-from factrl.eval.systems import HarisSystem, System, free_engine_memory, run_system
+from factrl.eval.systems import ModelSystem, System, free_engine_memory, run_system
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def fit_calibrators(systems: Sequence[System], dev: EvalSet, *, method: str, per
         log.warning("calibration: no claims sampled from %s (per_hop %d): no maps fitted", dev.name, per_hop)
     fitted, seconds = {}, {}
     for system in systems:
-        if not isinstance(system, HarisSystem) or not texts:
+        if not (isinstance(system, ModelSystem) and system.pair) or not texts:  # a pair system reports a raw confidence
             continue
         t0 = time.perf_counter()
         runs = run_system(system, texts, dev.retriever, batch_size)

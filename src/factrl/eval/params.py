@@ -132,8 +132,8 @@ class EvaluateParams:
     real: also evaluate ``real_sets`` in the stage (into ``metrics/eval.json`` with ``sets``).
     per_hop: claims sampled per hop setting (balanced labels, seeded; the paper uses 500; 0 = all).
     seed: seed of the sampling and of the bootstrap.
-    systems: which systems run: ``haris`` (once per checkpoint) and any baseline registered in
-        ``factrl.agents.systems_registry.BASELINES`` (``single_agent``, ``rag``, ``decompose_verify``).
+    systems: which systems run, names of ``factrl.agents.systems_registry.SYSTEMS``: ``haris`` (a pair
+        system: once per checkpoint) and the baselines (``single_agent``, ``rag``, ``decompose_verify``).
     checkpoints: the HARIS checkpoints, one report row each (see :class:`CheckpointParams`); default
         base, warm and trained: HARIS on ``base`` (params ``model.base``), on ``warm`` (the warm start's
         models/*_0) and on ``last`` (the last round of params ``rounds``), so adding a round moves the

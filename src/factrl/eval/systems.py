@@ -1,14 +1,14 @@
-"""The systems ``evaluate`` compares: HARIS at a checkpoint pair and the registered baselines.
+"""The systems ``evaluate`` compares: HARIS at each checkpoint pair and the other registered systems.
 
 A system takes a batch of claim texts and the retriever to search and returns one :class:`ClaimRun`
 per claim (the verdict, the questions and searches behind it, the trajectories, a raw confidence).
 The systems and their settings are registered once, in ``factrl.agents.systems_registry`` (the
-debate's members answer with the same entries): :class:`HarisSystem` runs HARIS at one (reasoning,
-search) pair; the baselines (single agent, RAG, Decompose-Then-Verify), registered by name in
-:data:`BASELINES`, run as :class:`BaselineSystem`. :func:`build_systems` makes the systems
-params ``evaluate.systems`` (or ``--systems``) names, :func:`load_llm` the LLM of a model spec, and
-:func:`run_system` runs a system over many claims in batches, :func:`free_engine_memory` dropping its
-engines' caches afterwards. The evaluation itself is ``factrl.eval.runner``.
+debate's members and ``factrl serve`` answer with the same entries); :class:`ModelSystem` runs one
+entry on its model(s): a pair system (HARIS) once per (reasoning, search) checkpoint pair, the
+others (single agent, RAG, Decompose-Then-Verify) on the base model. :func:`build_systems` makes the
+systems params ``evaluate.systems`` (or ``--systems``) names, :func:`load_llm` the LLM of a model
+spec, and :func:`run_system` runs a system over many claims in batches, :func:`free_engine_memory`
+dropping its engines' caches afterwards. The evaluation itself is ``factrl.eval.runner``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from factrl.agents.systems_registry import BASELINES, HARIS, ClaimRun, haris_runs, system_names
+from factrl.agents.systems_registry import SYSTEMS, ClaimRun, system_names
 
 
 class System(Protocol):
@@ -30,43 +30,31 @@ class System(Protocol):
 
 
 @dataclass
-class HarisSystem:
-    """HARIS at one (reasoning, search) checkpoint pair (``factrl.agents.haris``)."""
-
-    name: str
-    reason_llm: Any
-    search_llm: Any
-    top_k: int = 3
-    max_new_tokens: int = 64
-    max_turns: int = 2
-
-    @property
-    def llms(self) -> tuple:
-        return (self.reason_llm, self.search_llm)
-
-    def run(self, claims: list[str], retriever) -> list[ClaimRun]:
-        return haris_runs(claims, self.reason_llm, self.search_llm, retriever, top_k=self.top_k,
-                          max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
-
-
-@dataclass
-class BaselineSystem:
-    """The baseline registered as ``kind`` in :data:`BASELINES` on one LLM (``factrl.agents.baselines``)."""
+class ModelSystem:
+    """The system registered as ``kind`` in :data:`SYSTEMS`, named ``name`` in the report, on ``llm``
+    (and ``search_llm``, a pair system's search model)."""
 
     name: str
     kind: str
     llm: Any
+    search_llm: Any = None
     top_k: int = 3
     max_new_tokens: int = 64
     max_turns: int = 2
 
     @property
     def llms(self) -> tuple:
-        return (self.llm,)
+        return (self.llm,) if self.search_llm is None else (self.llm, self.search_llm)
+
+    @property
+    def pair(self) -> bool:
+        """Whether it is a pair system (HARIS): evaluated per checkpoint, with a raw confidence."""
+        return SYSTEMS.lookup(self.kind).pair
 
     def run(self, claims: list[str], retriever) -> list[ClaimRun]:
-        return BASELINES.lookup(self.kind).answer(claims, self.llm, retriever, top_k=self.top_k,
-                                                  max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
+        return SYSTEMS.lookup(self.kind).answer(claims, self.llm, retriever, search_llm=self.search_llm,
+                                                top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+                                                max_turns=self.max_turns)
 
 
 def build_systems(names: Sequence[str], checkpoints: Sequence[tuple[str, str, str]], base_model: str, *,
@@ -88,12 +76,13 @@ def build_systems(names: Sequence[str], checkpoints: Sequence[tuple[str, str, st
     limits = {"top_k": top_k, "max_new_tokens": max_new_tokens, "max_turns": max_turns}
     systems: list[System] = []
     for name in names:
-        if name == HARIS:
+        if SYSTEMS[name].pair:
             if not checkpoints:
-                raise ValueError("system 'haris' needs at least one checkpoint")
-            systems += [HarisSystem(label, llm(reason), llm(search), **limits) for label, reason, search in checkpoints]
+                raise ValueError(f"system {name!r} needs at least one checkpoint")
+            systems += [ModelSystem(label, name, llm(reason), llm(search), **limits)
+                        for label, reason, search in checkpoints]
         else:
-            systems.append(BaselineSystem(BASELINES[name].label, name, llm(base_model), **limits))
+            systems.append(ModelSystem(SYSTEMS[name].label, name, llm(base_model), **limits))
     return systems
 
 

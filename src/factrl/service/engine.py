@@ -1,9 +1,9 @@
 """One HARIS checkpoint pair as the service's verifier: a batch of claims in, one JSON-able result each.
 
-The claims of a batch run through :meth:`factrl.agents.haris.Haris.verify` in one call, so the
-project's scheduler batches every agent turn of every claim on the shared engines (as ``evaluate``
-runs HARIS, ``factrl.eval.systems.HarisSystem``). The retriever is wrapped in a
-:class:`RecordingRetriever` for the batch, so each search rollout's hits are known by id: citations
+The claims of a batch run through the HARIS entry of ``factrl.agents.systems_registry`` in one call
+(as ``evaluate`` and a debate run it), so the project's scheduler batches every agent turn of every
+claim on the shared engines. The retriever is wrapped in a :class:`RecordingRetriever` for the
+batch, so each search rollout's hits are known by id: citations
 come only from those (``factrl.agents.citations``), and only from passages whose text was in the
 answer that rollout read.
 
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from factrl.agents.abstain import AbstainParams, decide
-from factrl.agents.evidence import RecordingRetriever, run_evidence
+from factrl.agents.evidence import RecordingRetriever
+from factrl.agents.systems_registry import HARIS, SYSTEMS, ClaimRun
 from factrl.service.confidence import raw_confidence
 from factrl.service.usage import Usage, cost_usd, trajectory_usage
 
@@ -52,18 +53,16 @@ class HarisVerifier:
 
     def verify(self, claims: list[str]) -> list[dict]:
         """One result per claim (see the module docstring), in order; a batch is one HARIS call."""
-        from factrl.agents.haris import Haris
-
-        recorder = RecordingRetriever(self.retriever)
-        haris = Haris.with_limits(self.reason_llm, recorder, search_llm=self.search_llm, top_k=self.top_k,
-                                  max_new_tokens=self.max_new_tokens, max_turns=self.max_turns)
         started = time.perf_counter()
-        runs = haris.verify(list(claims))
+        runs = SYSTEMS.lookup(HARIS).answer(list(claims), self.reason_llm, self.retriever, search_llm=self.search_llm,
+                                            top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+                                            max_turns=self.max_turns)
         seconds = time.perf_counter() - started
-        return [self._result(run, recorder.hits, seconds, len(claims)) for run in runs]
+        return [self._result(claim_run, seconds, len(claims)) for claim_run in runs]
 
-    def _result(self, run, recorded: Mapping[str, list], seconds: float, batch: int) -> dict:
-        found = run_evidence(run, recorded)
+    def _result(self, claim_run: ClaimRun, seconds: float, batch: int) -> dict:
+        run, found = claim_run.result, claim_run.evidence  # HARIS's own result and evidence
+        assert run is not None and found is not None, "the HARIS system returns its result and evidence"
         raw = raw_confidence(run)
         confidence = raw if self.calibration is None or raw is None else self.calibration.apply([raw])[0]
         ground = found.grounding()
