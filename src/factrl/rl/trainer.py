@@ -52,8 +52,15 @@ from factrl.rl.losses import (
     token_logprobs_chunked,
 )
 from factrl.rl.params import GRPOParams
-from factrl.rl.sampling import (RewardFn, RolloutFn, TrajectoryLike, joint_parts, mixed_groups, sample_step,
-                                step_row)
+from factrl.rl.sampling import (
+    RewardFn,
+    RolloutFn,
+    TrajectoryLike,
+    joint_parts,
+    mixed_groups,
+    sample_step,
+    step_row,
+)
 
 CHECKPOINT_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
