@@ -275,8 +275,38 @@ class GRPOTrainer:
         rewards: Sequence[float] | torch.Tensor,
         group_ids: Sequence,
     ) -> dict[str, float]:
-        """Train on one batch; returns its metrics (means over trained tokens / responses)."""
-        cfg = self.cfg
+        """Train on one batch; returns its metrics (means over trained tokens / responses).
+
+        The step's seams: group-normalised advantages (:meth:`_advantages`), collated micro-batches
+        (:meth:`_micro_batches`), the log-probs fixed before any update (:meth:`_fixed_logprobs`),
+        then ``ppo_epochs`` passes of one optimizer update per mini-batch (:meth:`_minibatch_update`,
+        each micro-batch's loss from :meth:`_micro_loss`), and the step's metrics (:meth:`_metrics`)."""
+        rewards_t, adv = self._advantages(trajectories, rewards, group_ids)
+        micro_batches = self._micro_batches(trajectories, adv)
+        t_start = time.perf_counter()
+        self._fixed_logprobs(micro_batches)
+        t_policy = time.perf_counter()
+        totals: dict[str, float] = {}
+        gap: dict[str, float] = {}  # engine/trainer log-prob gap sums over the step (correction.gap_sums)
+        updates, grad_norm = 0, 0.0
+        for _ in range(self.cfg.ppo_epochs):
+            for mbs in micro_batches:
+                done = self._minibatch_update(mbs, gap)
+                if done is None:  # nothing generated to train on (e.g. every response empty)
+                    continue
+                part, grad_norm = done
+                for k, v in part.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                updates += 1
+        metrics = {k: v / max(updates, 1) for k, v in totals.items()}
+        metrics.update(gap_metrics(gap))
+        metrics.update(self._metrics(trajectories, rewards_t, adv, micro_batches, grad_norm,
+                                     reference_time=t_policy - t_start, policy_time=time.perf_counter() - t_policy))
+        return metrics
+
+    def _advantages(self, trajectories: Sequence[TrajectoryLike], rewards: Sequence[float] | torch.Tensor,
+                    group_ids: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rewards [n], advantages [n])``, float32: GRPO's group-normalised advantages."""
         n = len(trajectories)
         if n == 0:
             raise ValueError("step() needs at least one trajectory")
@@ -284,95 +314,99 @@ class GRPOTrainer:
                                     dtype=torch.float32)
         if rewards_t.numel() != n or len(group_ids) != n:
             raise ValueError(f"{n} trajectories, {rewards_t.numel()} rewards, {len(group_ids)} group ids")
-        adv = grpo_advantages(rewards_t, group_ids, eps=cfg.adv_eps, norm_by_std=cfg.norm_adv_by_std)
+        return rewards_t, grpo_advantages(rewards_t, group_ids, eps=self.cfg.adv_eps,
+                                          norm_by_std=self.cfg.norm_adv_by_std)
 
-        micro_batches = self._micro_batches(trajectories, adv)
-        t_start = time.perf_counter()
-        # Old log-probs once per batch, before any update. With a single update per batch the
-        # policy has not moved yet, so the detached current log-probs are the same numbers and the
-        # extra forward pass is skipped (TRL and verl's on-policy path do the same).
-        multi_update = cfg.ppo_epochs * len(micro_batches) > 1
-        if multi_update or self.ref_model is not None:
-            with torch.no_grad():
-                for mbs in micro_batches:
-                    for mb in mbs:
-                        if multi_update:
-                            mb.old_logp = self._logp(self.model, mb, with_entropy=False)[0]
-                        if self.ref_model is not None:
-                            mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
-        t_policy = time.perf_counter()
+    def _fixed_logprobs(self, micro_batches: list[list[MicroBatch]]) -> None:
+        """Set each micro-batch's ``old_logp`` and ``ref_logp`` ``[b, T]`` once per batch, before any update.
 
-        totals: dict[str, float] = {}
-        gap: dict[str, float] = {}  # engine/trainer log-prob gap sums over the step (correction.gap_sums)
-        weights = 0.0
-        grad_norm = 0.0
-        for _ in range(cfg.ppo_epochs):
+        With a single update per batch the policy has not moved yet, so the detached current log-probs
+        are the same numbers and the extra forward pass is skipped (TRL and verl's on-policy path do the
+        same); without a reference (``kl_coef`` 0) there is no reference pass."""
+        multi_update = self.cfg.ppo_epochs * len(micro_batches) > 1
+        if not multi_update and self.ref_model is None:
+            return
+        with torch.no_grad():
             for mbs in micro_batches:
-                num_tokens = sum(mb.mask.sum() for mb in mbs)
-                num_seqs = sum((mb.mask.sum(-1) > 0).sum() for mb in mbs)
-                if num_tokens == 0:  # nothing generated to train on (e.g. every response empty)
-                    continue
-                part = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "clipfrac_lower": 0.0, "ppo_kl": 0.0}
                 for mb in mbs:
-                    logp, entropy = self._logp(self.model, mb, with_entropy=True)
-                    old = mb.old_logp if mb.old_logp is not None else logp.detach()
-                    if mb.engine_logp is not None and mb.is_weights is None:
-                        # once per micro-batch, against the policy that sampled (old): the gap is
-                        # measured either way, the weights apply when TIS is on
-                        add_sums(gap, gap_sums(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap))
-                        mb.is_weights = (tis_weights(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap)
-                                         if cfg.tis_cap > 0 else torch.ones_like(old))
-                    share = float(mb.mask.sum() / num_tokens) if num_tokens > 0 else 0.0
-                    agg_kw = {"num_tokens": num_tokens, "num_seqs": num_seqs}
-                    pg, stats = policy_loss(
-                        logp, old, mb.advantages, mb.mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
-                        cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, is_weights=mb.is_weights, **agg_kw,
-                    )
-                    loss = pg
-                    ent = agg_loss(entropy, mb.mask, cfg.loss_agg, **agg_kw)
-                    if cfg.entropy_coef > 0:
-                        loss = loss - cfg.entropy_coef * ent
-                    if mb.ref_logp is not None:
-                        kl = agg_loss(kl_penalty(logp, mb.ref_logp, cfg.kl_type), mb.mask, cfg.loss_agg, **agg_kw)
-                        loss = loss + cfg.kl_coef * kl
-                        part["kl"] += kl.item()
-                    loss.backward()
-                    part["pg_loss"] += pg.item()
-                    part["entropy"] += ent.item()
-                    for k in ("clipfrac", "clipfrac_lower", "ppo_kl"):
-                        part[k] += stats[k] * share
-                grad_norm = self._update()
-                for k, v in part.items():
-                    totals[k] = totals.get(k, 0.0) + v
-                weights += 1
-        t_end = time.perf_counter()
-        metrics = {k: v / max(weights, 1) for k, v in totals.items()}
-        metrics.update(gap_metrics(gap))
-        # what the update computed: tokens the policy's forward+backward passes ran over (padding
-        # included, which is what costs), and where the time went
+                    if multi_update:
+                        mb.old_logp = self._logp(self.model, mb, with_entropy=False)[0]
+                    if self.ref_model is not None:
+                        mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
+
+    def _minibatch_update(self, mbs: list[MicroBatch], gap: dict[str, float]
+                          ) -> tuple[dict[str, float], float] | None:
+        """One optimizer update from the gradients of every micro-batch of a mini-batch: its loss parts
+        (summed over micro-batches, token-weighted where they are ratios) and the gradient norm; None
+        when the mini-batch holds no trained token. ``gap`` accumulates the engine/trainer log-prob gap."""
+        num_tokens = sum(mb.mask.sum() for mb in mbs)
+        num_seqs = sum((mb.mask.sum(-1) > 0).sum() for mb in mbs)
+        if num_tokens == 0:
+            return None
+        part = {"pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clipfrac": 0.0, "clipfrac_lower": 0.0, "ppo_kl": 0.0}
+        for mb in mbs:
+            loss, parts = self._micro_loss(mb, num_tokens, num_seqs, gap)
+            loss.backward()
+            for k, v in parts.items():
+                part[k] += v
+        return part, self._update()
+
+    def _micro_loss(self, mb: MicroBatch, num_tokens, num_seqs, gap: dict[str, float]
+                    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch (scalar, aggregated over the mini-batch's ``num_tokens`` /
+        ``num_seqs``): the dual-clipped policy loss, minus the entropy bonus, plus the KL penalty; and
+        its metric parts (the ratio statistics weighted by the micro-batch's share of the tokens)."""
+        cfg = self.cfg
+        logp, entropy = self._logp(self.model, mb, with_entropy=True)
+        old = mb.old_logp if mb.old_logp is not None else logp.detach()
+        if mb.engine_logp is not None and mb.is_weights is None:
+            # once per micro-batch, against the policy that sampled (old): the gap is
+            # measured either way, the weights apply when TIS is on
+            add_sums(gap, gap_sums(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap))
+            mb.is_weights = (tis_weights(old, mb.engine_logp, mb.engine_mask, cfg.tis_cap)
+                             if cfg.tis_cap > 0 else torch.ones_like(old))
+        share = float(mb.mask.sum() / num_tokens) if num_tokens > 0 else 0.0
+        agg_kw = {"num_tokens": num_tokens, "num_seqs": num_seqs}
+        pg, stats = policy_loss(
+            logp, old, mb.advantages, mb.mask, cfg.clip_ratio_low, cfg.clip_ratio_high,
+            cfg.loss_agg, clip_ratio_c=cfg.clip_ratio_c, is_weights=mb.is_weights, **agg_kw,
+        )
+        loss = pg
+        ent = agg_loss(entropy, mb.mask, cfg.loss_agg, **agg_kw)
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * ent
+        parts = {"pg_loss": pg.item(), "entropy": ent.item()}
+        if mb.ref_logp is not None:
+            kl = agg_loss(kl_penalty(logp, mb.ref_logp, cfg.kl_type), mb.mask, cfg.loss_agg, **agg_kw)
+            loss = loss + cfg.kl_coef * kl
+            parts["kl"] = kl.item()
+        parts.update({k: stats[k] * share for k in ("clipfrac", "clipfrac_lower", "ppo_kl")})
+        return loss, parts
+
+    def _metrics(self, trajectories: Sequence[TrajectoryLike], rewards_t: torch.Tensor, adv: torch.Tensor,
+                 micro_batches: list[list[MicroBatch]], grad_norm: float, *, reference_time: float,
+                 policy_time: float) -> dict[str, float]:
+        """What the update computed (tokens the policy's forward+backward passes ran over, padding
+        included, which is what costs; where the time went) and the batch's reward and length figures."""
         forwarded = sum(mb.input_ids.numel() for mbs in micro_batches for mb in mbs)
-        metrics.update(
-            update_tokens=float(forwarded * cfg.ppo_epochs),
-            update_pad_share=1.0 - sum(float(mb.attention_mask.sum()) for mbs in micro_batches for mb in mbs)
+        n = len(trajectories)
+        return {
+            "update_tokens": float(forwarded * self.cfg.ppo_epochs),
+            "update_pad_share": 1.0 - sum(float(mb.attention_mask.sum()) for mbs in micro_batches for mb in mbs)
             / max(forwarded, 1),
-            micro_batches=float(sum(len(mbs) for mbs in micro_batches)),
-            reference_time=t_policy - t_start,
-            policy_time=t_end - t_policy,
-        )
-        lengths = [len(t.response_ids) for t in trajectories]
-        trained = [sum(t.loss_mask) for t in trajectories]
-        metrics.update(
-            reward_mean=rewards_t.mean().item(),
-            reward_std=rewards_t.std().item() if n > 1 else 0.0,
-            adv_abs_mean=adv.abs().mean().item(),
-            response_length=float(np.mean(lengths)),
-            trained_tokens=float(np.mean(trained)),
-            grad_norm=grad_norm,
-            lr=self.scheduler.get_last_lr()[0],
-            updates=float(self.updates),
-            bf16=float(self.bf16),  # the precision the step ran in (auto resolves per machine)
-        )
-        return metrics
+            "micro_batches": float(sum(len(mbs) for mbs in micro_batches)),
+            "reference_time": reference_time,
+            "policy_time": policy_time,
+            "reward_mean": rewards_t.mean().item(),
+            "reward_std": rewards_t.std().item() if n > 1 else 0.0,
+            "adv_abs_mean": adv.abs().mean().item(),
+            "response_length": float(np.mean([len(t.response_ids) for t in trajectories])),
+            "trained_tokens": float(np.mean([sum(t.loss_mask) for t in trajectories])),
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+            "updates": float(self.updates),
+            "bf16": float(self.bf16),  # the precision the step ran in (auto resolves per machine)
+        }
 
     def _micro_batches(self, trajectories: Sequence[TrajectoryLike], adv: torch.Tensor) -> list[list[MicroBatch]]:
         """The step's mini-batches (one optimizer update each), each a list of collated micro-batches
