@@ -300,9 +300,14 @@ def test_killed_training_resumes_to_the_uninterrupted_result(tmp_path):
     assert "resumed" in resumed.stdout
     a, b = load_file(tmp_path / "ref" / "model" / "model.safetensors"), load_file(tmp_path / "run" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
-    drop = {"rollout_time", "reward_time", "train_time", "step_time"}
-    strip = [{k: v for k, v in r.items() if k not in drop} for r in read_history(tmp_path / "ref" / "curves")]
-    assert strip == [{k: v for k, v in r.items() if k not in drop} for r in read_history(tmp_path / "run" / "curves")]
+    def learned(row: dict) -> dict:
+        # not what was learned: timings, and the engines' counters (a resumed process starts with
+        # empty prefix caches and memo, so it prefills more for the same rollouts)
+        return {k: v for k, v in row.items() if not (k.endswith(("_time", "_per_s")) or k.startswith("engine_"))}
+
+    strip = [learned(r) for r in read_history(tmp_path / "ref" / "curves")]
+    assert strip == [learned(r) for r in read_history(tmp_path / "run" / "curves")]
+    assert {"reward_mean", "format_valid_rate", "updates"} <= set(strip[0])
 
 
 if __name__ == "__main__":
