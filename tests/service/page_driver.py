@@ -23,11 +23,12 @@ from tests.conftest import CHROMIUM
 @contextlib.contextmanager
 def serve_process(tmp_path: Path, index_dir: Path, checkpoint: dict, *, base: str | None = None,
                   max_turns: int = 2, max_new_tokens: int = 48, retrieval_mode: str = "bm25",
-                  precision: str = "fp32", calibration_dir: Path | None = None, timeout: float = 300
-                  ) -> Iterator[str]:
+                  precision: str = "fp32", calibration_dir: Path | None = None, timeout: float = 300,
+                  abstain: dict | None = None) -> Iterator[str]:
     """``factrl serve`` as a subprocess on a free loopback port, serving ``checkpoint``
     (``{"name", "reason", "search"}``) over ``index_dir`` (``retrieval_mode``), with the calibration
-    maps of ``calibration_dir`` (none by default); its base URL once /healthz answers."""
+    maps of ``calibration_dir`` (none by default) and the ``abstain`` section given (its defaults
+    otherwise); its base URL once /healthz answers."""
     from factrl.servers import free_port, spawn
 
     port = free_port()
@@ -38,6 +39,8 @@ def serve_process(tmp_path: Path, index_dir: Path, checkpoint: dict, *, base: st
                         "calibration_dir": str(calibration_dir or tmp_path / "calibration")}}
     if base is not None:
         params["model"] = {"base": base}
+    if abstain is not None:
+        params["abstain"] = abstain
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "factrl.cli", "serve", "--params", str(tmp_path / "params.yaml")]

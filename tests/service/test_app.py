@@ -362,7 +362,12 @@ def test_factrl_serve_verifies_a_claim_end_to_end_with_smollm2(tmp_path, demo_wo
     results = [r for snap in snaps for r in snap["results"]]
     assert len(results) == 3 and all(r["status"] == "done" for r in results), results
     for r in results:
-        assert r["verdict"] in ("SUPPORTS", "REFUTES", None) and r["calibrated"] is False
+        assert r["verdict"] in ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO", None) and r["calibrated"] is False
+        if r["verdict"] == "NOT ENOUGH INFO":  # the base model's verdict, not backed by what it cited
+            assert r["abstained"] and r["model_verdict"] in ("SUPPORTS", "REFUTES")
+            assert r["abstention"]["reasons"], r["abstention"]
+        else:
+            assert r["verdict"] == r["model_verdict"] and not r["abstained"]
         assert r["usage"]["model_calls"] >= 1 and r["usage"]["tokens_in"] > 0 and r["cost_usd"] == 0.0
         retrieved = {h["id"] for q in r["trace"]["questions"] for h in q["retrieved"]}
         for c in r["citations"]:
@@ -571,7 +576,10 @@ def test_the_page_over_factrl_serve_with_smollm2_shows_verdicts_and_citations(tm
     passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
     text, gold = _text_of(claims), claims[2]["label"]
     checkpoint = {"name": "base", "reason": "base", "search": "base"}
-    with serve_process(tmp_path, index_dir, checkpoint, base="smollm2-135m", max_turns=2, max_new_tokens=48) as url:
+    # abstention off: this checks that the page shows a real model's verdicts and citations; the base
+    # model's ungrounded verdicts would become NOT ENOUGH INFO (test_page_not_enough_evidence.py)
+    with serve_process(tmp_path, index_dir, checkpoint, base="smollm2-135m", max_turns=2, max_new_tokens=48,
+                       abstain={"enabled": False}) as url:
         seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "smollm2", timeout_s=1200)
     results = _check_review(seen, claims[0]["claim"], text, gold, passages)
     assert all(r["verdict"] in ("SUPPORTS", "REFUTES") for r in results), [r["verdict"] for r in results]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -93,6 +94,72 @@ def test_the_page_shows_not_enough_evidence_for_paris_and_a_verdict_for_its_own_
             browser.close()
     finally:
         service.worker.stop()
+    if os.environ.get("FACTRL_SCREENSHOTS"):
+        for path in shots:
+            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@pytest.mark.skipif(not os.environ.get("FACTRL_TRAINED_RUN"),
+                    reason="FACTRL_TRAINED_RUN names no finished run (a `make demo` checkout) to serve")
+def test_the_page_over_a_trained_run_says_not_enough_evidence_for_paris_and_cites_for_its_example(tmp_path):
+    """The same two steps against a real ``factrl serve`` process over a finished run's trained pair
+    (``$FACTRL_TRAINED_RUN``: a ``make demo`` checkout, round 1), its index, its calibration maps and its
+    params' ``abstain`` rules: "Paris is the capital of France." shows NOT ENOUGH INFO with what was
+    searched; the page's first example, a claim of the served corpus, a verdict with citations.
+    Opt-in because it needs a run's checkpoints; the test above drives the same page with scripted agents."""
+    pytest.importorskip("playwright.sync_api")
+    from playwright.sync_api import sync_playwright
+
+    from factrl.agents.abstain import load_abstain_params
+    from factrl.config import from_dict, read_params
+    from factrl.eval.params import EvaluateParams
+    from tests.service.page_driver import serve_process
+
+    run = Path(os.environ["FACTRL_TRAINED_RUN"])
+    evaluate = from_dict(EvaluateParams, read_params(run / "params.yaml").get("evaluate"),
+                         where=f"{run / 'params.yaml'}:evaluate")
+    checkpoint = {"name": "HARIS (trained)", "reason": str(run / "models" / "reason_1"),
+                  "search": str(run / "models" / "search_1")}
+    abstain = load_abstain_params(run / "params.yaml").rules()
+    shots = []
+    with serve_process(tmp_path, run / "index", checkpoint, max_turns=evaluate.max_turns,
+                       max_new_tokens=evaluate.max_new_tokens, retrieval_mode=evaluate.retrieval_mode,
+                       precision="auto", calibration_dir=run / "metrics" / "calibration", timeout=600,
+                       abstain=abstain) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.set_default_timeout(900_000)
+        page.goto(url + "/")
+        page.wait_for_selector("#examples li")
+        assert "HARIS (trained)" in page.locator("#answering").text_content()
+
+        def shot(name: str) -> None:
+            path = tmp_path / f"trained-nei-{name}.png"
+            page.screenshot(path=str(path), full_page=True)
+            shots.append(path)
+
+        page.fill("#input", OUTSIDE_EXAMPLE)
+        page.click("#submit")
+        page.wait_for_selector("#card-0 .verdict")
+        page.wait_for_function("!document.getElementById('submit').disabled")
+        card = page.locator("#card-0")
+        shot("1-paris")
+        assert card.locator(".verdict").text_content() == "NOT ENOUGH INFO", card.text_content()
+        assert "Not enough evidence in this corpus" in card.locator(".nei").text_content()
+        assert card.locator(".searched").text_content().startswith("searched: ")
+        assert "answered by checkpoint HARIS (trained)" in card.text_content()
+
+        page.locator("#examples li a").first.click()
+        page.click("#submit")
+        page.wait_for_selector("#card-0 .verdict")
+        page.wait_for_function("!document.getElementById('submit').disabled")
+        card = page.locator("#card-0")
+        shot("2-example")
+        assert card.locator(".verdict").text_content() in ("SUPPORTS", "REFUTES"), card.text_content()
+        assert card.locator(".quote").count() >= 1 and not card.locator(".nei").count()
+        browser.close()
     if os.environ.get("FACTRL_SCREENSHOTS"):
         for path in shots:
             shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])

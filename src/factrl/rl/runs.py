@@ -149,8 +149,9 @@ def run_agent_training(
     gcfg = grpo_params(cfg)
     trainer = GRPOTrainer(model, tok, gcfg)
     policy = LocalLLM(model_obj=model, tokenizer=tok, precision=gcfg.precision, model_name=f"{agent}-policy")
-    # a planted defect (the learning benchmark's ablations; none by default) wraps what the agent returns
-    rollout_fn, reward_fn = plant(cfg.planted_defect, *make_fns(policy), seed=cfg.seed)
+    # a planted defect (the learning benchmark's ablations; none by default) wraps what the agent returns;
+    # a section without the field (MARCH's flat GRPOParams) plants none
+    rollout_fn, reward_fn = plant(getattr(cfg, "planted_defect", ""), *make_fns(policy), seed=cfg.seed)
     memory = {**trainer.memory(), "engine_copy": module_bytes(policy.engine_model) if policy.engine_model
               is not model else 0}
     hardware = hardware_record(gcfg.precision, device)
