@@ -37,6 +37,34 @@ def subject_asker(prompt: str) -> str:
     return f"need it</think><question>What is {(named_entities(claim) or ['it'])[0]}?</question>"
 
 
+def open_page(p, url: str, timeout_ms: int):
+    """(browser, page): headless Chromium on the service's page, its corpus examples listed."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.set_default_timeout(timeout_ms)
+    page.goto(url + "/")
+    page.wait_for_selector("#examples li")
+    return browser, page
+
+
+def shooter(page, folder, prefix: str, shots: list):
+    """``shot(name)``: a full-page screenshot ``<prefix>-<name>.png`` in ``folder``, kept in ``shots``."""
+
+    def shot(name: str) -> None:
+        path = folder / f"{prefix}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        shots.append(path)
+
+    return shot
+
+
+def keep_screenshots(shots: list) -> None:
+    """Copy ``shots`` to the folder ``$FACTRL_SCREENSHOTS`` names, if it names one."""
+    if os.environ.get("FACTRL_SCREENSHOTS"):
+        for path in shots:
+            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_page_shows_not_enough_evidence_for_paris_and_a_verdict_for_its_own_example(
         tmp_path, demo_world, demo_retriever, script_llm):
@@ -54,20 +82,12 @@ def test_the_page_shows_not_enough_evidence_for_paris_and_a_verdict_for_its_own_
     shots = []
     try:
         with running_app(app_of(service)) as url, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(120_000)
-            page.goto(url + "/")
-            page.wait_for_selector("#examples li")
+            browser, page = open_page(p, url, 120_000)
             assert "passages" in page.locator("#answering").text_content()
             assert "HARIS (scripted)" in page.locator("#answering").text_content()
             example = info["examples"][0]["claim"]
             assert page.locator("#input").get_attribute("placeholder") == example
-
-            def shot(name: str) -> None:
-                path = tmp_path / f"nei-{name}.png"
-                page.screenshot(path=str(path), full_page=True)
-                shots.append(path)
+            shot = shooter(page, tmp_path, "nei", shots)
 
             page.fill("#input", OUTSIDE_EXAMPLE)
             page.click("#submit")
@@ -94,9 +114,7 @@ def test_the_page_shows_not_enough_evidence_for_paris_and_a_verdict_for_its_own_
             browser.close()
     finally:
         service.worker.stop()
-    if os.environ.get("FACTRL_SCREENSHOTS"):
-        for path in shots:
-            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+    keep_screenshots(shots)
 
 
 @pytest.mark.slow
@@ -128,17 +146,9 @@ def test_the_page_over_a_trained_run_says_not_enough_evidence_for_paris_and_cite
                        max_new_tokens=evaluate.max_new_tokens, retrieval_mode=evaluate.retrieval_mode,
                        precision="auto", calibration_dir=run / "metrics" / "calibration", timeout=600,
                        abstain=abstain) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        page.set_default_timeout(900_000)
-        page.goto(url + "/")
-        page.wait_for_selector("#examples li")
+        browser, page = open_page(p, url, 900_000)
         assert "HARIS (trained)" in page.locator("#answering").text_content()
-
-        def shot(name: str) -> None:
-            path = tmp_path / f"trained-nei-{name}.png"
-            page.screenshot(path=str(path), full_page=True)
-            shots.append(path)
+        shot = shooter(page, tmp_path, "trained-nei", shots)
 
         page.fill("#input", OUTSIDE_EXAMPLE)
         page.click("#submit")
@@ -160,6 +170,4 @@ def test_the_page_over_a_trained_run_says_not_enough_evidence_for_paris_and_cite
         assert card.locator(".verdict").text_content() in ("SUPPORTS", "REFUTES"), card.text_content()
         assert card.locator(".quote").count() >= 1 and not card.locator(".nei").count()
         browser.close()
-    if os.environ.get("FACTRL_SCREENSHOTS"):
-        for path in shots:
-            shutil.copy(path, os.environ["FACTRL_SCREENSHOTS"])
+    keep_screenshots(shots)
