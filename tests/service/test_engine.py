@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
+from factrl.agents.evidence import RecordingRetriever
 from factrl.retrieval.index import Hit
-from factrl.service.engine import HarisVerifier, RecordingRetriever
+from factrl.service.engine import HarisVerifier
 
 
 def _question(prompt: str) -> str:

@@ -2,10 +2,10 @@
 
 The claims of a batch run through the HARIS entry of ``factrl.agents.systems_registry`` in one call
 (as ``evaluate`` and a debate run it), so the project's scheduler batches every agent turn of every
-claim on the shared engines. The retriever is wrapped in a :class:`RecordingRetriever` for the
-batch, so each search rollout's hits are known by id: citations
-come only from those (``factrl.agents.citations``), and only from passages whose text was in the
-answer that rollout read.
+claim on the shared engines. That entry records the retriever for the batch
+(:class:`factrl.agents.evidence.RecordingRetriever`), so each search rollout's hits are known by id:
+citations come only from those (``factrl.agents.citations``), and only from passages whose text was
+in the answer that rollout read.
 
 A result (:meth:`HarisVerifier.verify`): ``verdict`` (SUPPORTS / REFUTES / NOT ENOUGH INFO / None),
 ``model_verdict`` (what the reasoning agent wrote), ``abstained`` and ``abstention`` (when the run's
@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from factrl.agents.abstain import AbstainParams, decide
-from factrl.agents.evidence import RecordingRetriever
 from factrl.agents.systems_registry import HARIS, SYSTEMS, ClaimRun
 from factrl.service.confidence import raw_confidence
 from factrl.service.usage import Usage, cost_usd, trajectory_usage
 
-__all__ = ["HarisVerifier", "RecordingRetriever", "load_verifiers"]
+__all__ = ["HarisVerifier", "load_verifiers"]
 
 log = logging.getLogger(__name__)
 
