@@ -26,7 +26,8 @@ BARE_PACKAGES = ("torch", "transformers", "numpy", "pyarrow")
 GPU_PATH_MODULES = (
     "factrl.hardware", "factrl.devices", "factrl.config", "factrl.rl.params",
     "factrl.rl.trainer", "factrl.rl.advantages", "factrl.rl.losses", "factrl.rl.kl", "factrl.rl.correction",
-    "factrl.llm.local", "factrl.llm.kv_slots", "factrl.llm.prefix_cache", "factrl.llm.token_sampling", "factrl.llm.models",
+    "factrl.llm.local", "factrl.llm.engine_rows", "factrl.llm.engine_stats", "factrl.llm.engine_weights",
+    "factrl.llm.kv_slots", "factrl.llm.prefix_cache", "factrl.llm.token_sampling", "factrl.llm.models",
     "factrl.agents.rollout",
     "tests.rl.tiny",
 )

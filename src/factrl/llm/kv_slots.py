@@ -250,6 +250,14 @@ class SlotCache(Cache):
         self.written(target, length)
 
 
+def cache_states(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, the ``(keys, values)`` a transformers cache holds (``[batch, kv_heads, T, head_dim]``
+    each), e.g. a ``DynamicCache`` after a plain forward. The one place outside :class:`SlotCache`
+    that reads ``Cache.layers`` (transformers >= 4.56's per-layer cache objects; the exact pin in
+    pyproject.toml is tested by tests/llm/test_kv_slots.py)."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
 def use_fp32_attention(model) -> bool:
     """Keep a bf16 model's key/value states (the cache) and attention in fp32; the matrix products
     stay bf16. CPU bf16 attention is several times slower than fp32 (measured here: 4 ms vs

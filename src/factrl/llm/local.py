@@ -32,104 +32,33 @@ both. On CPU its sdpa path attends each packed forward through one dense mask ov
 no stop strings (agent turns end on closing tags), and it has no speculation for the tail of a
 multi-turn batch. The engine therefore stays, on an exact transformers pin (``pyproject.toml``):
 it builds on transformers internals, so moving the pin means re-running ``bench/llm.py`` and the
-tests. It decodes with a module of its own (:meth:`LocalLLM._engine_module`), so a trainer
+tests. It decodes with a module of its own (:class:`~factrl.llm.engine_weights.EngineWeights`), so a trainer
 sharing the weights keeps its model as it was.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
-import re
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from factrl.hardware import resolve_device, use_bf16
 from factrl.llm.base import Completion, Message, SamplingParams
-from factrl.llm.kv_slots import SLOT_ATTENTION, Segment, SlotCache, SlotPlan, use_fp32_attention
+from factrl.llm.engine_rows import GenerationRequest, GreedyMemo
+from factrl.llm.engine_stats import ENGINES, new_counters
+from factrl.llm.engine_weights import EngineWeights
+from factrl.llm.kv_slots import Segment, SlotCache, SlotPlan, cache_states
 from factrl.llm.models import DEFAULT_POLICY, load_model_and_tokenizer
 from factrl.llm.prefix_cache import PrefixCache, PrefixEntry
-from factrl.llm.token_sampling import ngram_draft, row_seed, sample_tokens, verify_draft
-from factrl.llm.tokens import decode_completion, encode_chat, eos_token_ids
+from factrl.llm.token_sampling import emitted_logprobs, ngram_draft, row_seed, verify_draft
+from factrl.llm.tokens import encode_chat, eos_token_ids
 
 # A prefix shorter than this is not worth a separate forward pass before the batch.
 MIN_SHARED_PREFIX = 16
-
-# Greedy answers kept for memoize_greedy, oldest dropped first: an engine that is never released (a
-# server) must not grow without bound; a training step's search agent asks a few hundred questions.
-MEMO_ENTRIES = 4096
-
-# Every engine alive in this process, so a training loop can read what each one computed during a
-# step (engine_counters) without the rollout functions having to hand their engines over.
-_ENGINES: weakref.WeakSet = weakref.WeakSet()
-# the counters a step's row reports per engine (see engine_step_metrics)
-COUNTERS = ("prompt_tokens", "prefilled_tokens", "decoded_tokens", "decode_steps", "decoded_rows", "draft_tokens",
-            "accepted_tokens", "memo_hits", "seconds")
-
-
-def engine_counters() -> dict[str, dict[str, float]]:
-    """A snapshot of every live engine's cumulative :attr:`LocalLLM.stats`, by a short label (the
-    last component of its ``model_name``, non-alphanumerics as ``_``; a repeated label gets ``_2``...)."""
-    out: dict[str, dict[str, float]] = {}
-    for engine in sorted(_ENGINES, key=id):
-        label = re.sub(r"[^A-Za-z0-9]+", "_", str(engine.model_name).rstrip("/").rsplit("/", 1)[-1]).strip("_")
-        label = label or "engine"
-        k, unique = 2, label
-        while unique in out:
-            unique, k = f"{label}_{k}", k + 1
-        out[unique] = {c: float(engine.stats.get(c, 0)) for c in COUNTERS}
-    return out
-
-
-def engine_step_metrics(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
-    """What each engine computed between two :func:`engine_counters` snapshots, as flat metrics
-    ``engine_<label>_<name>``: ``prefill_tokens`` (tokens the model ran over to admit prompts, after
-    the prefix cache), ``decode_tokens`` (tokens emitted), ``mean_batch`` (rows per decode step),
-    ``memo_hits`` (greedy requests answered by an identical one), ``time`` (seconds inside its
-    steps) and ``decode_tokens_per_s``. Engines that did nothing are left out."""
-    out: dict[str, float] = {}
-    for label, now in after.items():
-        then = before.get(label, dict.fromkeys(COUNTERS, 0.0))
-        d = {c: now[c] - then[c] for c in COUNTERS}
-        if d["decode_steps"] == 0 and d["prefilled_tokens"] == 0 and d["memo_hits"] == 0:
-            continue
-        key = f"engine_{label}_"
-        out.update({key + "prefill_tokens": d["prefilled_tokens"], key + "decode_tokens": d["decoded_tokens"],
-                    key + "mean_batch": d["decoded_rows"] / max(d["decode_steps"], 1.0),
-                    key + "memo_hits": d["memo_hits"], key + "time": d["seconds"],
-                    key + "decode_tokens_per_s": d["decoded_tokens"] / d["seconds"] if d["seconds"] > 0 else 0.0})
-    return out
-
-
-@dataclass
-class GenerationRequest:
-    """One row in the step-level engine: its prompt, sampling, sampler and output so far (the
-    sampled ids, an ending EOS included, and the engine's log-prob of each, with the log-probs of
-    ``params.watch_ids`` at each position when asked for). ``completion`` is set when the row finishes."""
-
-    prompt: list[int]
-    params: SamplingParams
-    generator: torch.Generator | None
-    out: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    watched: list[list[float]] = field(default_factory=list)
-    finish_reason: str = "length"
-    ended_by_eos: bool = False
-    completion: Completion | None = None
-    followers: list[GenerationRequest] = field(default_factory=list)  # identical greedy requests it answers
-
-    @property
-    def done(self) -> bool:
-        return self.completion is not None
-
 
 class LocalLLM:
     """The :class:`~factrl.llm.base.LLM` protocol on a local Hugging Face causal LM.
@@ -190,9 +119,7 @@ class LocalLLM:
             model_obj, tokenizer = load_model_and_tokenizer(model, dtype="bfloat16" if bf16 else "float32",
                                                             device=self.device)
         self.model = model_obj  # the weights of record (a trainer updates these)
-        # bf16 decoding of fp32 weights (a policy under training): a bf16 copy, re-synced at admission
-        self._owns_weights = bf16 and next(model_obj.parameters()).dtype != torch.bfloat16
-        self.engine_model = self._engine_module()
+        self.weights = EngineWeights(model_obj, bf16)  # what the engine decodes with
         self.tokenizer = tokenizer
         self.model_name = model_name or model
         self.max_batch = max_batch
@@ -206,57 +133,27 @@ class LocalLLM:
         self._running: list[GenerationRequest] = []  # the rows decoding now; row i is in slot i
         self._cache: SlotCache | None = None  # their key/value states (kept until release())
         self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
-        self._weights_seen: list[tuple[int, int]] | None = None
-        # prompt tokens given to the engine vs. tokens it actually ran the model over
-        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "decode_steps": 0, "decoded_rows": 0,
-                      "draft_tokens": 0, "accepted_tokens": 0, "decoded_tokens": 0, "memo_hits": 0, "seconds": 0.0}
+        self.stats = new_counters()  # what it computed (factrl.llm.engine_stats)
         self.memoize_greedy = memoize_greedy
-        self._memo: dict[tuple, GenerationRequest] = {}  # (prompt, params) -> the greedy request that answers it
-        _ENGINES.add(self)
+        self._memo = GreedyMemo()
+        ENGINES.add(self)
+
+    @property
+    def engine_model(self) -> torch.nn.Module:
+        """The module the engine decodes with (:class:`~factrl.llm.engine_weights.EngineWeights`)."""
+        return self.weights.module
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached key/value state (call after changing the weights out of place)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
-    def _weights_signature(self) -> list[tuple[int, int]]:
-        """Identity and in-place version counter of every parameter: optimizer steps and
-        ``load_state_dict`` bump ``_version``, swapping a parameter changes its ``id``."""
-        return [(id(p), p._version) for p in self.model.parameters()]
-
-    def _engine_module(self):
-        """The module the engine decodes with, set up for packed slot attention (and fp32 key/value
-        states under bf16, :func:`use_fp32_attention`).
-
-        Never the caller's module itself: a trainer runs plain forwards and backwards on that one,
-        so its attention implementation and hooks must stay as they are. Under bf16 on fp32 weights
-        it is a bf16 copy of the weights; otherwise a module tree of its own whose parameters and
-        buffers *are* the model's (no memory copied, in-place updates seen at once).
-        """
-        if self._owns_weights:
-            engine = copy.deepcopy(self.model).to(torch.bfloat16).requires_grad_(False)
-        else:
-            shared = {id(t): t for t in (*self.model.parameters(), *self.model.buffers())}
-            engine = copy.deepcopy(self.model, memo=shared)
-        engine.eval()  # its own training flags: a trainer's model.train() does not reach it
-        dtype = next(engine.parameters()).dtype
-        fp32_states = dtype == torch.bfloat16 and use_fp32_attention(engine)
-        self._kv_dtype = torch.float32 if fp32_states else dtype
-        engine.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
-        return engine
-
     def _check_weights(self) -> None:
-        sig = self._weights_signature()
-        if sig != self._weights_seen:
+        """Before admitting rows: decode with the model's current weights and forget what older
+        ones computed (cached key/value states, greedy answers)."""
+        if self.weights.sync():
             self.clear_prefix_cache()
-            self._memo.clear()  # answers of the old weights
-            if self._owns_weights:
-                with torch.no_grad():
-                    for copy_p, p in zip(self.engine_model.parameters(), self.model.parameters()):
-                        copy_p.copy_(p)
-            elif self._weights_seen is not None and [i for i, _ in sig] != [i for i, _ in self._weights_seen]:
-                self.engine_model = self._engine_module()  # parameters replaced: share the new ones
-            self._weights_seen = sig
+            self._memo.clear()
 
     # ---- protocol -------------------------------------------------------------------------
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
@@ -289,21 +186,15 @@ class LocalLLM:
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         request = GenerationRequest(list(prompt), params, generator)
         if params.max_tokens <= 0:
-            self._finish(request)
+            request.finish(self.tokenizer)
             return request
         with self._lock:
             if self.memoize_greedy and params.greedy:
                 self._check_weights()  # a memoised answer is only valid for the weights that gave it
-                key = (tuple(request.prompt), params)
-                leader = self._memo.setdefault(key, request)
-                if len(self._memo) > MEMO_ENTRIES:
-                    del self._memo[next(iter(self._memo))]
+                leader = self._memo.leader(request)
                 if leader is not request:
                     self.stats["memo_hits"] += 1
-                    if leader.done:
-                        request.completion = dataclasses.replace(leader.completion)
-                    else:
-                        leader.followers.append(request)
+                    leader.answer(request)
                     return request
             self._waiting.append(request)
         return request
@@ -340,7 +231,7 @@ class LocalLLM:
             heads = config.num_attention_heads
             self._cache = SlotCache(
                 config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
-                getattr(config, "head_dim", None) or config.hidden_size // heads, self._kv_dtype, self.device,
+                getattr(config, "head_dim", None) or config.hidden_size // heads, self.weights.kv_dtype, self.device,
             )
         return self._cache
 
@@ -384,7 +275,7 @@ class LocalLLM:
         self._forward(ids[:1, :n].to(dev), torch.ones(1, n, dtype=torch.long, device=dev),
                       torch.arange(n, device=dev)[None], past)
         self.stats["prefilled_tokens"] += n
-        self.prefix_cache.put(rows[0][:n], [(layer.keys[0], layer.values[0]) for layer in past.layers])
+        self.prefix_cache.put(rows[0][:n], [(k[0], v[0]) for k, v in cache_states(past)])
 
     def _cached_prefix(self, ids: Sequence[int]) -> tuple[PrefixEntry | None, int]:
         """The prefix-cache entry to reuse for ``ids`` and how many of its tokens (at least one
@@ -422,40 +313,16 @@ class LocalLLM:
                 self.stats["draft_tokens"] += len(d)
                 self.stats["accepted_tokens"] += n
             else:
-                tokens, n = [self._sample_row(logits[slot][-1], r, greedy and greedy[last[slot]])], 0
+                tokens, n = [r.sample(logits[slot][-1], greedy and greedy[last[slot]])], 0
             emitted.append(tokens)
             accepted.append(n)
             sources.append(logits[slot])
         for r, row in self._place_admitted(new, staged):
-            emitted.append([self._sample_row(logits[row][-1], r, greedy and greedy[last[row]])])
+            emitted.append([r.sample(logits[row][-1], greedy and greedy[last[row]])])
             accepted.append(0)
             sources.append(logits[row])
-        return self._emit(emitted, accepted, *self._logprobs(sources, emitted))
-
-    def _logprobs(self, sources: list[torch.Tensor], emitted: list[list[int]]
-                  ) -> tuple[list[list[float]], list[list[list[float]] | None]]:
-        """The engine's log-prob of every emitted token, per row of ``emitted`` (slot order), and,
-        for rows whose request watches ids (``SamplingParams.watch_ids``), the log-probs of those ids
-        at each emitted position (None for the other rows).
-
-        Row ``i``'s token ``j`` was sampled from ``sources[i][j]`` (``[>= len(emitted[i]), V]``
-        logits: a speculating row's draft positions, else one row), at the row's temperature (1
-        when greedy), as the trainer scores it. One batched log-softmax for the whole step; watched
-        ids are a gather from it (a few columns: free next to the softmax).
-        """
-        rows = torch.cat([src[: len(toks)] for src, toks in zip(sources, emitted)]).float()
-        temps = [r.params.temperature if r.params.temperature > 0 else 1.0 for r in self._running]
-        temp = torch.tensor([t for t, toks in zip(temps, emitted) for _ in toks], device=rows.device)
-        picked = torch.tensor([t for toks in emitted for t in toks], device=rows.device)
-        logp = torch.log_softmax(rows / temp[:, None], dim=-1)
-        flat = logp.gather(1, picked[:, None])[:, 0].tolist()
-        out, watched, start = [], [], 0
-        for r, toks in zip(self._running, emitted):
-            out.append(flat[start : start + len(toks)])
-            ids = r.params.watch_ids
-            watched.append(logp[start : start + len(toks), list(ids)].tolist() if ids else None)
-            start += len(toks)
-        return out, watched
+        logprobs, watched = emitted_logprobs(sources, emitted, [r.params for r in self._running])
+        return self._emit(emitted, accepted, logprobs, watched)
 
     def _stage_prompts(self, new: list[GenerationRequest], rows: list) -> dict[tuple[int, ...], bool]:
         """Give each distinct prompt of ``new`` the next free slot, load its longest cached prefix
@@ -518,7 +385,7 @@ class LocalLLM:
     def _emit(self, emitted: list[list[int]], accepted: list[int], logprobs: list[list[float]],
               watched: list[list[list[float]] | None]) -> list[GenerationRequest]:
         """Append each running row's emitted tokens and their log-probs (and watched log-probs, see
-        :meth:`_logprobs`) in slot order; rows that finish
+        :func:`~factrl.llm.token_sampling.emitted_logprobs`) in slot order; rows that finish
         leave the batch (their states go to the prefix cache first) and the last running rows move
         into their slots.
 
@@ -531,17 +398,15 @@ class LocalLLM:
             r = self._running[slot]
             cached = len(r.prompt) + len(r.out) + n
             ws = ws if ws is not None else [None] * len(tokens)
-            if any(self._advance(r, t, lp, w) for t, lp, w in zip(tokens, lps, ws)):  # any() stops at the first finish
+            # any() stops at the first finish
+            if any(r.advance(t, lp, w, eos_ids=self.eos_ids, tokenizer=self.tokenizer) for t, lp, w in zip(tokens, lps, ws)):
                 done.append((slot, (r.prompt + r.out)[:cached]))
         finished = []
         for slot, ids in sorted(done, reverse=True):  # from the last slot: moves never touch a finished row
             r = self._running[slot]
             self._remember(slot, ids)  # the next turn of a conversation continues this sequence
-            self._finish(r)
-            for follower in r.followers:  # identical greedy requests submitted meanwhile
-                follower.completion = dataclasses.replace(r.completion)
-            finished.extend([*r.followers[::-1], r])  # reversed below: r first, then its followers
-            r.followers = []
+            followers = r.finish(self.tokenizer)  # identical greedy requests submitted meanwhile
+            finished.extend([*followers[::-1], r])  # reversed below: r first, then its followers
             last = len(self._running) - 1
             if slot != last:
                 moved = self._running[last]
@@ -567,50 +432,3 @@ class LocalLLM:
         with self._lock:
             if not self._running:
                 self.clear_prefix_cache()
-
-    @staticmethod
-    def _sample_row(logits: torch.Tensor, r: GenerationRequest, argmax: int | None) -> int:
-        """One token from one row's logits ``[V]``: ``argmax`` (precomputed) when greedy, else a
-        sample from the row's own sampler."""
-        if r.params.greedy:
-            return int(argmax)
-        return int(sample_tokens(logits[None], r.params, r.generator)[0])
-
-    def _finish(self, r: GenerationRequest) -> None:
-        r.completion = decode_completion(self.tokenizer, r.out, r.finish_reason, r.params, ended_by_eos=r.ended_by_eos,
-                                         prompt_tokens=len(r.prompt), logprobs=r.logprobs,
-                                         watched_logprobs=r.watched if r.params.watch_ids else None)
-
-    @staticmethod
-    @functools.cache  # called for every generated token with the request's (hashable) stop tuple
-    def _stop_window(stop: Sequence[str]) -> int:
-        """Tokens to decode when looking for a stop string that the newest token may complete.
-
-        Every non-special token decodes to at least one UTF-8 byte, so a stop string of ``k`` bytes
-        spans at most ``k`` tokens; one more covers a token that starts mid-character.
-        """
-        return max((len(s.encode()) for s in stop), default=0) + 2
-
-    def _advance(self, r: GenerationRequest, tok: int, logprob: float, watched: list[float] | None = None) -> bool:
-        """Append the row's sampled token, its log-prob (and the watched ids' log-probs at its position,
-        when the request asked for them); return whether the row is finished (EOS,
-        a stop string or the token budget). An EOS is kept: it is the token the policy sampled, and
-        training teaches the policy to stop with it.
-
-        Stop strings are searched in the decoded tail of the output only (a window covering the
-        longest stop string), so the per-token cost does not grow with the output length; the text
-        before the tail was already searched at earlier steps.
-        """
-        r.out.append(tok)
-        r.logprobs.append(logprob)
-        if watched is not None:
-            r.watched.append(watched)
-        if tok in self.eos_ids and not r.params.ignore_eos:
-            r.finish_reason, r.ended_by_eos = "stop", True
-            return True
-        if r.params.stop:
-            tail = self.tokenizer.decode(r.out[-self._stop_window(r.params.stop):], skip_special_tokens=True)
-            if any(s and s in tail for s in r.params.stop):
-                r.finish_reason = "stop"
-                return True
-        return len(r.out) >= r.params.max_tokens

@@ -6,7 +6,7 @@ its own, so a row's sample does not depend on the rows decoding beside it. While
 the engine drafts tokens by prompt lookup (:func:`ngram_draft`, no model call) and
 :func:`verify_draft` keeps the draft tokens the model would have picked itself, drawing from each
 row's generator exactly as a plain decode step does: the output is the same with or without
-speculation.
+speculation. :func:`emitted_logprobs` scores what was picked, as the trainer will.
 """
 
 from __future__ import annotations
@@ -83,3 +83,29 @@ def row_seed(seed: int, row: int) -> int:
     """The sampler seed of row ``row`` of a call seeded with ``seed``: distinct per row, so the
     ``n`` samples of one prompt differ, and independent of the batch the row decodes in."""
     return (seed * 1_000_003 + row) % (2**63)
+
+
+def emitted_logprobs(sources: Sequence[torch.Tensor], emitted: Sequence[Sequence[int]],
+                     params: Sequence[SamplingParams]) -> tuple[list[list[float]], list[list[list[float]] | None]]:
+    """The log-prob of every emitted token, per row, and, for rows whose params watch ids
+    (``SamplingParams.watch_ids``), the log-probs of those ids at each emitted position (None for
+    the other rows).
+
+    Row ``i``'s token ``j`` was sampled from ``sources[i][j]`` (``[>= len(emitted[i]), V]`` logits: a
+    speculating row's draft positions, else one row), at the row's temperature (1 when greedy), as
+    the trainer scores it. One batched log-softmax for the whole step; watched ids are a gather from
+    it (a few columns: free next to the softmax).
+    """
+    rows = torch.cat([src[: len(toks)] for src, toks in zip(sources, emitted)]).float()
+    temps = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+    temp = torch.tensor([t for t, toks in zip(temps, emitted) for _ in toks], device=rows.device)
+    picked = torch.tensor([t for toks in emitted for t in toks], device=rows.device)
+    logp = torch.log_softmax(rows / temp[:, None], dim=-1)
+    flat = logp.gather(1, picked[:, None])[:, 0].tolist()
+    out, watched, start = [], [], 0
+    for p, toks in zip(params, emitted):
+        out.append(flat[start : start + len(toks)])
+        ids = p.watch_ids
+        watched.append(logp[start : start + len(toks), list(ids)].tolist() if ids else None)
+        start += len(toks)
+    return out, watched

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from factrl.hardware import autocast, module_bytes, use_bf16
-from factrl.llm.local import engine_counters, engine_step_metrics
+from factrl.llm.engine_stats import engine_counters, engine_step_metrics
 from factrl.rl.advantages import grpo_advantages, token_advantages
 from factrl.rl.correction import add_sums, gap_metrics, gap_sums, tis_weights
 from factrl.rl.kl import kl_penalty
@@ -555,7 +555,7 @@ def train(
     ``after_rollouts`` runs once per step between the rollouts and the update: the place to free
     what the rollouts held (an engine's key/value slots and prefix cache, ``LocalLLM.release`` /
     ``free_memory``) before the update needs the memory. Each step's row also says what every
-    in-process engine computed for its rollouts (:func:`factrl.llm.local.engine_step_metrics`:
+    in-process engine computed for its rollouts (:func:`factrl.llm.engine_stats.engine_step_metrics`:
     tokens prefilled and decoded, mean decode batch, seconds) and the update's tokens per second.
 
     ``curves(rows)`` opens the run's curve log given the rows done so far (after a resume, the

@@ -1,0 +1,64 @@
+"""The engine notices every change of the weights it decodes (and only those): the private counter
+it reads (torch's ``Tensor._version``) is pinned here, as is transformers' ``Cache.layers``."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from factrl.llm.engine_weights import EngineWeights, parameter_versions
+from factrl.llm.kv_slots import cache_states
+from tests.rl.tiny import tiny_model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tokenizer()
+
+
+def test_parameter_versions_move_on_in_place_updates_only(tok):
+    model = tiny_model(tok)
+    before = parameter_versions(model)
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]))
+    assert parameter_versions(model) == before  # a forward changes nothing
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    after_step = parameter_versions(model)
+    assert after_step != before and [i for i, _ in after_step] == [i for i, _ in before]
+    model.load_state_dict(tiny_model(tok, seed=1).state_dict())
+    assert parameter_versions(model) != after_step
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_engine_weights_sync_when_the_model_changes(tok, bf16):
+    model = tiny_model(tok)
+    weights = EngineWeights(model, bf16)
+    assert weights.module is not model  # never the trainer's module
+    assert weights.sync() and not weights.sync()  # first call: nothing computed yet is valid
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert weights.sync()
+    engine_p, p = next(weights.module.parameters()), next(model.parameters())
+    if bf16:  # a bf16 copy, re-synced
+        assert engine_p.dtype == torch.bfloat16 and torch.equal(engine_p, p.to(torch.bfloat16))
+        assert weights.kv_dtype == torch.float32  # fp32 key/value states under bf16
+    else:  # the same tensors
+        assert engine_p is p and weights.kv_dtype == torch.float32
+    # a replaced parameter (not an in-place update): the module shares the new one
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    assert weights.sync()
+    if not bf16:
+        assert weights.module.lm_head.weight is model.lm_head.weight
+
+
+def test_cache_states_of_a_plain_forward(tok):
+    model = tiny_model(tok)
+    past = DynamicCache()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]), past_key_values=past, use_cache=True)
+    states = cache_states(past)
+    cfg = model.config
+    assert len(states) == cfg.num_hidden_layers
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    assert all(k.shape == v.shape == (1, cfg.num_key_value_heads, 4, head_dim) for k, v in states)
