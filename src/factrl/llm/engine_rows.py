@@ -60,7 +60,7 @@ class GenerationRequest:
     def sample(self, logits: torch.Tensor, argmax: int | None) -> int:
         """This row's next token from its logits ``[V]``: ``argmax`` (precomputed for the whole
         batch) when greedy, else a sample from the row's own sampler."""
-        if self.params.greedy:
+        if self.params.greedy and argmax is not None:
             return int(argmax)
         return int(sample_tokens(logits[None], self.params, self.generator)[0])
 
@@ -102,7 +102,7 @@ class GenerationRequest:
     def answer(self, follower: GenerationRequest) -> None:
         """Give ``follower`` (an identical greedy request) this row's completion: now if it is done,
         else when it finishes."""
-        if self.done:
+        if self.completion is not None:
             follower.completion = dataclasses.replace(self.completion)
         else:
             self.followers.append(follower)
