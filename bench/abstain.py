@@ -17,6 +17,11 @@ HARIS at one checkpoint pair (``last`` = the trained pair of params ``rounds``) 
 * a **test mix**: ``--per-hop`` eval claims per hop and ``--out-of-corpus`` out-of-corpus claims (half
   generated, half real, other seeds than the dev mix's), scored with the chosen rules and the "after" map.
 
+Each of the four runs (dev in / out of corpus, test in / out of corpus) is kept in
+``WORKSPACE/.bench-abstain/<key>/<phase>.pkl`` as it finishes (the key: the pair and every argument that
+changes a run), so a killed bench rerun with the same arguments skips the runs already done; the log
+says how long each took.
+
 ``bench/results/abstain.json``: ``in_corpus`` {coverage, accuracy_answered, accuracy_all},
 ``out_of_corpus`` {nei_rate, n}, ``risk_coverage`` (points), ``ece`` {before, after} on the test mix,
 ``rules`` (the chosen params and, per rule, how many out-of-corpus claims it turned to NOT ENOUGH INFO),
@@ -26,8 +31,12 @@ HARIS at one checkpoint pair (``last`` = the trained pair of params ``rounds``) 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
+import pickle
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -76,6 +85,36 @@ def run_claims(system, claims: pa.Table, retriever, batch_size: int) -> list[dic
     runs = run_system(system, claims.column("claim").to_pylist(), retriever, batch_size)
     return [{"claim": c, "label": y, "verdict": r.verdict, "raw": r.raw_confidence, "grounding": r.grounding}
             for c, y, r in zip(claims.column("claim").to_pylist(), claims.column("label").to_pylist(), runs)]
+
+
+class PhaseStore:
+    """The rows of each finished run of the bench, by phase name, under ``directory`` (see the module
+    docstring): :meth:`rows` returns the kept rows of a phase or runs it and keeps them."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def rows(self, phase: str, run) -> list[dict]:
+        path = self.directory / f"{phase}.pkl"
+        if path.is_file():
+            rows = pickle.loads(path.read_bytes())
+            log.info("%s: %d claims kept from an earlier run (%s)", phase, len(rows), path)
+            return rows
+        started = time.perf_counter()
+        rows = run()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(rows))
+        partial.replace(path)  # whole or absent: a kill leaves no half-written phase
+        log.info("%s: %d claims in %.0f s", phase, len(rows), time.perf_counter() - started)
+        return rows
+
+
+def phase_key(specs: list[str], args: argparse.Namespace, mode: str) -> str:
+    """What makes a run's rows differ: the pair and the run's arguments (not ``--out`` or ``--smoke``)."""
+    what = {"specs": specs, "mode": mode, **{k: v for k, v in sorted(vars(args).items())
+                                              if k not in ("out", "smoke", "workspace", "build_demo")}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def fit_map(rows: list[dict], method: str):
@@ -139,8 +178,9 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     dev_in = sampled(workspace / "data/claims/dev.parquet", args.dev_per_hop, args.seed)
     dev_out = out_of_corpus_claims(passages, generated=half // 2 or 1, real_files=real, real=half // 2 or 1,
                                    seed=args.seed + 1)
-    dev_rows_in = run_claims(system, dev_in, retriever, args.batch_size)
-    dev_rows_out = run_claims(system, dev_out, retriever, args.batch_size)
+    store = PhaseStore(workspace / ".bench-abstain" / phase_key(specs, args, mode))
+    dev_rows_in = store.rows("dev_in_corpus", lambda: run_claims(system, dev_in, retriever, args.batch_size))
+    dev_rows_out = store.rows("dev_out_of_corpus", lambda: run_claims(system, dev_out, retriever, args.batch_size))
     before = fit_map(dev_rows_in, args.method)
     after = fit_map(dev_rows_in + dev_rows_out, args.method)
     dev_rows = dev_rows_in + dev_rows_out
@@ -153,8 +193,8 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     test_in = sampled(workspace / "data/claims/eval.parquet", args.per_hop, args.seed)
     test_out = out_of_corpus_claims(passages, generated=args.out_of_corpus - half, real_files=real, real=half,
                                     seed=args.seed + 2)
-    rows = run_claims(system, test_in, retriever, args.batch_size) + run_claims(system, test_out, retriever,
-                                                                                args.batch_size)
+    rows = (store.rows("test_in_corpus", lambda: run_claims(system, test_in, retriever, args.batch_size))
+            + store.rows("test_out_of_corpus", lambda: run_claims(system, test_out, retriever, args.batch_size)))
     for r, c in zip(rows, after.predict([r["raw"] for r in rows])):
         r["confidence"] = c
         r["outcome"] = decide(r["verdict"], r["grounding"], c, rules).verdict

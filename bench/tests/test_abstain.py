@@ -55,3 +55,28 @@ def test_the_bench_separates_in_corpus_from_out_of_corpus_claims(tmp_path):
     assert result["rules"]["decided_out_of_corpus"]  # which rules turned them
     assert result["risk_coverage"] and all(0 <= p["risk"] <= 1 for p in result["risk_coverage"])
     json.dumps(result)
+
+
+def test_a_rerun_skips_the_runs_already_kept(tmp_path):
+    """Every run is kept as it finishes: a rerun with the same arguments runs no model (its loader's
+    agent would fail any call) and gives the same figures; other arguments run again."""
+    abstain.build_demo_workspace(tmp_path / "ws")
+    argv = ["--workspace", str(tmp_path / "ws"), "--checkpoint", "base", "--per-hop", "2", "--dev-per-hop", "2",
+            "--out-of-corpus", "4", "--mode", "bm25", "--max-turns", "2", "--smoke", "--out", str(tmp_path / "a.json")]
+    first = abstain.run(abstain.parser().parse_args(argv), llm_loader=lambda spec: SubjectAsker())
+
+    class Refuses(SubjectAsker):
+        def chat(self, conversations, params):
+            raise AssertionError("a kept run ran again")
+
+    again = abstain.run(abstain.parser().parse_args(argv), llm_loader=lambda spec: Refuses())
+    assert again == first
+    kept = sorted(p.name for p in (tmp_path / "ws" / ".bench-abstain").rglob("*.pkl"))
+    assert kept == ["dev_in_corpus.pkl", "dev_out_of_corpus.pkl", "test_in_corpus.pkl", "test_out_of_corpus.pkl"]
+    other = abstain.parser().parse_args([*argv[:-2], "--seed", "1"])
+    try:
+        abstain.run(other, llm_loader=lambda spec: Refuses())
+    except AssertionError as err:
+        assert "ran again" in str(err)
+    else:
+        raise AssertionError("other arguments reused kept runs")
