@@ -100,12 +100,12 @@ class PhaseStore:
             rows = pickle.loads(path.read_bytes())
             log.info("%s: %d claims kept from an earlier run (%s)", phase, len(rows), path)
             return rows
+        from factrl.io import atomic_path
+
         started = time.perf_counter()
         rows = run()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        partial.write_bytes(pickle.dumps(rows))
-        partial.replace(path)  # whole or absent: a kill leaves no half-written phase
+        with atomic_path(path) as tmp:  # whole or absent: a kill leaves no half-written phase
+            tmp.write_bytes(pickle.dumps(rows))
         log.info("%s: %d claims in %.0f s", phase, len(rows), time.perf_counter() - started)
         return rows
 
