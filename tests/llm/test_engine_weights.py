@@ -7,12 +7,7 @@ from transformers import DynamicCache
 
 from factrl.llm.engine_weights import EngineWeights, parameter_versions
 from factrl.llm.kv_slots import cache_states
-from tests.rl.tiny import tiny_model, tokenizer
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tokenizer()
+from tests.rl.tiny import tiny_model
 
 
 def test_parameter_versions_move_on_in_place_updates_only(tok):
