@@ -1,12 +1,10 @@
 """The engine notices every change of the weights it decodes (and only those): the private counter
-it reads (torch's ``Tensor._version``) is pinned here, as is transformers' ``Cache.layers``."""
+it reads (torch's ``Tensor._version``) is pinned here (transformers' ``Cache.layers``: test_kv_slots.py)."""
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from factrl.llm.engine_weights import EngineWeights, parameter_versions
-from factrl.llm.kv_slots import cache_states
 from tests.rl.tiny import tiny_model
 
 
@@ -46,14 +44,3 @@ def test_engine_weights_sync_when_the_model_changes(tok, bf16):
     if not bf16:
         assert weights.module.lm_head.weight is model.lm_head.weight
 
-
-def test_cache_states_of_a_plain_forward(tok):
-    model = tiny_model(tok)
-    past = DynamicCache()
-    with torch.no_grad():
-        model(torch.tensor([[1, 2, 3, 4]]), past_key_values=past, use_cache=True)
-    states = cache_states(past)
-    cfg = model.config
-    assert len(states) == cfg.num_hidden_layers
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
-    assert all(k.shape == v.shape == (1, cfg.num_key_value_heads, 4, head_dim) for k, v in states)

@@ -3,8 +3,10 @@
 import math
 
 import torch
+from transformers import DynamicCache
 
-from factrl.llm.kv_slots import Segment, SlotCache, SlotPlan, slot_attention
+from factrl.llm.kv_slots import Segment, SlotCache, SlotPlan, cache_states, slot_attention
+from tests.rl.tiny import tiny_model
 
 KV_HEADS, GROUPS, DIM = 2, 3, 8
 
@@ -103,3 +105,16 @@ def test_reserve_grows_and_keeps_states_move_and_read():
     assert cache.clean[5] == 7
     cache.reserve(40, 10, max_slots=16)  # more rows than max_slots asks for: given exactly
     assert cache.slots == 40
+
+
+def test_cache_states_of_a_plain_forward(tok):
+    """The one reader of transformers' ``Cache.layers`` outside SlotCache, on the pinned transformers."""
+    model = tiny_model(tok)
+    past = DynamicCache()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]), past_key_values=past, use_cache=True)
+    states = cache_states(past)
+    cfg = model.config
+    assert len(states) == cfg.num_hidden_layers
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    assert all(k.shape == v.shape == (1, cfg.num_key_value_heads, 4, head_dim) for k, v in states)

@@ -254,7 +254,7 @@ def cache_states(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer, the ``(keys, values)`` a transformers cache holds (``[batch, kv_heads, T, head_dim]``
     each), e.g. a ``DynamicCache`` after a plain forward. The one place outside :class:`SlotCache`
     that reads ``Cache.layers`` (transformers >= 4.56's per-layer cache objects; the exact pin in
-    pyproject.toml is tested by tests/llm/test_kv_slots.py)."""
+    pyproject.toml is checked by tests/llm/test_kv_slots.py)."""
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
