@@ -10,8 +10,9 @@ HARIS at one checkpoint pair (``last`` = the trained pair of params ``rounds``) 
 
 * a **dev mix**: ``--dev-per-hop`` dev claims per hop plus half of ``--out-of-corpus`` other out-of-corpus
   claims (generated and real, ``factrl.data.out_of_corpus``, labelled NOT ENOUGH INFO): the calibration
-  map is fitted there ("after"; "before" is the map fitted on the in-corpus dev claims alone, as evaluate
-  fitted it until issue 49), and the NOT ENOUGH INFO rules are chosen there
+  map is fitted there ("after", ``--method``, by default ``grounded``: the raw score and the run's evidence;
+  "before" is a temperature map fitted on the in-corpus dev claims alone, as evaluate fitted it until
+  issue 49), and the NOT ENOUGH INFO rules are chosen there
   (``factrl.agents.abstain.choose_rules``: best accuracy on the mix among the combinations answering at
   least ``--min-coverage`` of its in-corpus claims);
 * a **test mix**: ``--per-hop`` eval claims per hop and ``--out-of-corpus`` out-of-corpus claims (half
@@ -46,6 +47,7 @@ import pyarrow.parquet as pq
 from bench._measured import ROOT, Measurement
 
 RESULTS = ROOT / "bench/results/abstain.json"
+BEFORE_METHOD = "temperature"  # the map evaluate fitted until issue 49: raw score only, in-corpus dev claims
 SHARED = ROOT.parent / "shared" / "data"
 REAL_FILES = ("fever_symmetric_dev.jsonl", "climatefever_sample.jsonl", "hover_dev_sample.jsonl")
 
@@ -111,23 +113,33 @@ class PhaseStore:
 
 
 def phase_key(specs: list[str], args: argparse.Namespace, mode: str) -> str:
-    """What makes a run's rows differ: the pair and the run's arguments (not ``--out`` or ``--smoke``)."""
+    """What makes a run's rows differ: the pair and the run's arguments (not ``--out`` or ``--smoke``, nor
+    ``--method`` or ``--min-coverage``, which only read the rows: a rerun with another map or rule
+    choice runs no model)."""
     what = {"specs": specs, "mode": mode, **{k: v for k, v in sorted(vars(args).items())
-                                              if k not in ("out", "smoke", "workspace", "build_demo")}}
+                                              if k not in ("out", "smoke", "workspace", "build_demo", "method",
+                                                           "min_coverage")}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def fit_map(rows: list[dict], method: str):
-    """A calibration map of raw confidence -> P(verdict right) over ``rows``."""
+    """A calibration map of raw confidence (and, for a ``grounded`` map, the run's evidence) -> P(verdict
+    right) over ``rows``."""
     from factrl.eval.calibration import Calibrator
 
-    return Calibrator(method).fit([r["raw"] for r in rows], [r["verdict"] == r["label"] for r in rows])
+    return Calibrator(method).fit([r["raw"] for r in rows], [r["verdict"] == r["label"] for r in rows],
+                                  features=[r["grounding"] for r in rows])
+
+
+def calibrated(rows: list[dict], calibrator) -> list[float]:
+    """The map's confidence of each of ``rows``."""
+    return calibrator.predict([r["raw"] for r in rows], features=[r["grounding"] for r in rows])
 
 
 def ece_of(rows: list[dict], calibrator) -> float:
     from factrl.eval.calibration import ece
 
-    return ece(calibrator.predict([r["raw"] for r in rows]), [r["verdict"] == r["label"] for r in rows])
+    return ece(calibrated(rows, calibrator), [r["verdict"] == r["label"] for r in rows])
 
 
 def rule_counts(rows: list[dict], params) -> dict[str, int]:
@@ -181,10 +193,10 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     store = PhaseStore(workspace / ".bench-abstain" / phase_key(specs, args, mode))
     dev_rows_in = store.rows("dev_in_corpus", lambda: run_claims(system, dev_in, retriever, args.batch_size))
     dev_rows_out = store.rows("dev_out_of_corpus", lambda: run_claims(system, dev_out, retriever, args.batch_size))
-    before = fit_map(dev_rows_in, args.method)
+    before = fit_map(dev_rows_in, BEFORE_METHOD)
     after = fit_map(dev_rows_in + dev_rows_out, args.method)
     dev_rows = dev_rows_in + dev_rows_out
-    for r, c in zip(dev_rows, after.predict([r["raw"] for r in dev_rows])):
+    for r, c in zip(dev_rows, calibrated(dev_rows, after)):
         r["confidence"] = c
     rules, dev_score = choose_rules([DevRun(r["label"], r["verdict"], r["grounding"], r["confidence"])
                                      for r in dev_rows], AbstainParams(), min_coverage=args.min_coverage)
@@ -195,7 +207,7 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
                                     seed=args.seed + 2)
     rows = (store.rows("test_in_corpus", lambda: run_claims(system, test_in, retriever, args.batch_size))
             + store.rows("test_out_of_corpus", lambda: run_claims(system, test_out, retriever, args.batch_size)))
-    for r, c in zip(rows, after.predict([r["raw"] for r in rows])):
+    for r, c in zip(rows, calibrated(rows, after)):
         r["confidence"] = c
         r["outcome"] = decide(r["verdict"], r["grounding"], c, rules).verdict
     metrics = abstention_metrics(rows)
@@ -211,7 +223,8 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
                           "sources": dict(Counter(test_out.column("source").to_pylist()))},
         "risk_coverage": metrics["risk_coverage"],
         "ece": {"before": ece_of(rows, before), "after": ece_of(rows, after),
-                "method": args.method, "fitted_on": {"before": len(dev_rows_in), "after": len(dev_rows)}},
+                "method": {"before": BEFORE_METHOD, "after": args.method},
+                "fitted_on": {"before": len(dev_rows_in), "after": len(dev_rows)}},
         "rules": {"chosen": rules.rules(), "dev_mix": dev_score | {"n": len(dev_rows)},
                   "decided_out_of_corpus": rule_counts(outside, rules),
                   "decided_in_corpus": rule_counts([r for r in rows if r["label"] != "NOT ENOUGH INFO"], rules)},
@@ -230,7 +243,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out-of-corpus", type=int, default=150, help="out-of-corpus claims in the test mix, half "
                                                                   "generated, half real (default 150)")
     p.add_argument("--min-coverage", type=float, default=0.95, help="in-corpus coverage the rules must keep")
-    p.add_argument("--method", default="temperature", help="calibration method (default temperature)")
+    p.add_argument("--method", default="grounded", help="calibration method of the map fitted on the dev mix "
+                                                        "(default grounded: the raw score and the run's evidence)")
     p.add_argument("--mode", default=None, help="retrieval mode (default the workspace's evaluate.retrieval_mode)")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--max-turns", type=int, default=None)

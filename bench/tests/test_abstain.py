@@ -71,6 +71,10 @@ def test_a_rerun_skips_the_runs_already_kept(tmp_path):
 
     again = abstain.run(abstain.parser().parse_args(argv), llm_loader=lambda spec: Refuses())
     assert again == first
+    # another map or rule choice only reads the kept rows
+    remapped = abstain.run(abstain.parser().parse_args([*argv, "--method", "temperature", "--min-coverage", "0.5"]),
+                           llm_loader=lambda spec: Refuses())
+    assert remapped["ece"]["method"] == {"before": "temperature", "after": "temperature"}
     kept = sorted(p.name for p in (tmp_path / "ws" / ".bench-abstain").rglob("*.pkl"))
     assert kept == ["dev_in_corpus.pkl", "dev_out_of_corpus.pkl", "test_in_corpus.pkl", "test_out_of_corpus.pkl"]
     other = abstain.parser().parse_args([*argv[:-2], "--seed", "1"])

@@ -89,8 +89,14 @@ def test_each_rule_is_a_param():
     plain = grounding("the sky is blue", [CitedSentence("The sky is blue by day.", None, "")], [])
     assert not decide(SUPPORTS, plain, 0.9, AbstainParams(min_answered_share=0)).abstained
     assert decide(SUPPORTS, grounding("the sky is blue", [], []), 0.9, AbstainParams(min_answered_share=0)).abstained
-    # a run without a verdict stays without one
-    assert decide(None, other, None, AbstainParams()).verdict is None
+    # a run without a verdict: NOT ENOUGH INFO when its evidence fails a rule (its searches found passages
+    # about something else), without a verdict when its evidence stands (the model failed, not the corpus)
+    gave_up = decide(None, other, None, AbstainParams(min_confidence=0.9))
+    assert gave_up.verdict == NOT_ENOUGH_INFO and gave_up.abstained and gave_up.model_verdict is None
+    assert not any("confidence" in r for r in gave_up.reasons)  # no verdict to be confident in
+    failed = decide(None, g, None, AbstainParams(min_confidence=0.9))
+    assert failed.verdict is None and not failed.abstained
+    assert decide(None, other, None, AbstainParams(enabled=False)).verdict is None
     with pytest.raises(ConfigError, match="abstain.min_confidence"):
         AbstainParams(min_confidence=1.5)
 

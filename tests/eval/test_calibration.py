@@ -79,13 +79,54 @@ def test_isotonic_is_monotone_and_matches_scikit_learn():
     assert np.allclose(got, ref)
 
 
+def _grounding(share: float, questions: int = 2, answered: int = 2) -> dict:
+    """A run's grounding as ``Grounding.to_dict()`` gives it: ``share`` of the claim's entities cited."""
+    return {"entity_share": share, "content_share": share, "subject_cited": share > 0,
+            "questions": questions, "answered": answered}
+
+
+def _mix(n: int, seed: int):
+    """A dev or test mix: half in-corpus runs (evidence cited, right 70% of the time) and half
+    out-of-corpus runs (nothing about the claim cited, never right), every run at a raw 0.9-0.99."""
+    rng = np.random.default_rng(seed)
+    raw = rng.uniform(0.9, 0.99, n).tolist()
+    inside = np.arange(n) < n // 2
+    correct = (inside & (rng.uniform(size=n) < 0.7)).tolist()
+    groundings = [_grounding(1.0) if i else _grounding(0.0, answered=0) for i in inside]
+    return raw, correct, groundings
+
+
+def test_the_grounded_map_lowers_confidence_where_evidence_is_missing():
+    raw, right, ground = _mix(1000, seed=0)
+    test_raw, test_right, test_ground = _mix(1000, seed=1)
+    grounded = Calibrator("grounded").fit(raw, right, features=ground)
+    conf = grounded.predict(test_raw, features=test_ground)
+    assert ece(conf, test_right) < 0.05
+    assert max(conf[500:]) < 0.1 < 0.6 < min(conf[:500])  # out of corpus: low; in corpus: near 0.7
+    # a raw score alone cannot tell them apart: a temperature map stays far off on the same mix
+    temperature = Calibrator("temperature").fit(raw, right).predict(test_raw)
+    assert ece(temperature, test_right) > 0.1  # every run near 0.5, the mix right 35% of the time
+    assert Calibrator("temperature").needs_grounding is False and grounded.needs_grounding
+    with pytest.raises(ValueError, match="reads each run's grounding"):
+        grounded.predict(test_raw)
+    with pytest.raises(ValueError, match="reads each run's grounding"):
+        Calibrator("grounded").fit(raw, right)
+    with pytest.raises(ValueError, match="1000 raw scores but 999 groundings"):
+        grounded.predict(test_raw, features=test_ground[1:])
+    # one class on the dev runs (every run wrong): the map is that rate
+    assert Calibrator("grounded").fit(raw, [False] * 1000, features=ground).predict([0.95], [_grounding(1.0)])[0] < 0.01
+
+
 def test_save_and_load_round_trip(tmp_path):
     raw, right = _overconfident(100, seed=3)
+    ground = [_grounding(v) for v in np.linspace(0, 1, 100)]
     for method in METHODS:
-        cal = Calibrator(method, checkpoint={"name": "HARIS (trained)"}).fit(raw, right, fitted_on="demo dev")
+        cal = Calibrator(method, checkpoint={"name": "HARIS (trained)"}).fit(raw, right, fitted_on="demo dev",
+                                                                            features=ground)
         path = cal.save(tmp_path / f"{method}.json")
         back = Calibrator.load(path)
-        assert back.predict([0.2, 0.93, 0.97]) == cal.predict([0.2, 0.93, 0.97])
+        probe = [_grounding(0.0), _grounding(0.5), _grounding(1.0)]
+        assert back.predict([0.2, 0.93, 0.97], probe) == cal.predict([0.2, 0.93, 0.97], probe)
         data = json.loads(path.read_text())
         assert {k: data[k] for k in ("method", "n", "fitted_on")} == {"method": method, "n": 100,
                                                                      "fitted_on": "demo dev"}

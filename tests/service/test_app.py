@@ -554,7 +554,10 @@ def test_the_page_over_factrl_serve_with_tiny_checkpoints_shows_the_no_verdict_s
     claims, index_dir = demo_world
     passages = {p["id"]: p["text"] for p in pq.read_table(index_dir / "passages.parquet").to_pylist()}
     text, gold = _text_of(claims), claims[2]["label"]
-    with serve_process(tmp_path, index_dir, tiny_checkpoints, max_turns=1, max_new_tokens=16) as url:
+    # abstention off: a random model's runs find no evidence, and a run without a verdict whose evidence
+    # fails a rule is NOT ENOUGH INFO (factrl.agents.abstain.decide); this checks the no-verdict state
+    with serve_process(tmp_path, index_dir, tiny_checkpoints, max_turns=1, max_new_tokens=16,
+                       abstain={"enabled": False}) as url:
         seen = review_in_browser(url, claims[0]["claim"], text, 3, gold, tmp_path, "tiny", timeout_s=120)
     results = _check_review(seen, claims[0]["claim"], text, gold, passages)
     assert [r["verdict"] for r in results] == [None] * 4  # what a random model writes; the page showed it

@@ -273,11 +273,18 @@ def failed_rules(g: Grounding, confidence: float | None, params: AbstainParams) 
 
 
 def decide(verdict: str | None, g: Grounding, confidence: float | None, params: AbstainParams) -> Decision:
-    """The run's outcome under ``params``: its verdict, or NOT ENOUGH INFO when any rule fails. A run
-    without a verdict (a malformed or unfinished response) stays without one: "no verdict" says the
-    model failed, which is not the same as the corpus lacking the evidence."""
-    if not params.enabled or verdict is None:
+    """The run's outcome under ``params``: its verdict, or NOT ENOUGH INFO when any rule fails.
+
+    The outcome is decided from the evidence, not from whether the model wrote a verdict: a run without
+    one (a malformed or unfinished response, typically an agent that kept asking because its searches
+    found nothing) is NOT ENOUGH INFO when its evidence fails a rule, and stays without a verdict ("the
+    model failed") only when the evidence it had was enough. Its confidence rule is not applied: there
+    is no verdict to be confident in."""
+    if not params.enabled:
         return Decision(verdict, verdict, False)
+    if verdict is None:
+        reasons = failed_rules(g, None, replace(params, min_confidence=0.0))
+        return Decision(NOT_ENOUGH_INFO if reasons else None, None, bool(reasons), tuple(reasons))
     reasons = failed_rules(g, confidence, params)
     return Decision(NOT_ENOUGH_INFO if reasons else verdict, verdict, bool(reasons), tuple(reasons))
 

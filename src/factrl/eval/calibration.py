@@ -15,6 +15,13 @@ Methods, by name (:data:`METHODS`):
   (a verifier right 60 % of the time at every raw score).
 * ``isotonic``: scikit-learn's ``IsotonicRegression`` (non-decreasing, clipped to [0, 1], constant
   outside the fitted range): fixes bias and shape, needs more claims.
+* ``grounded``: a logistic regression (scikit-learn) on the raw score's logit *and* the run's evidence
+  (:func:`grounding_features`: how much of the claim the citations mention, whether they name its
+  subject, how many questions retrieved text answered). A raw score alone cannot tell a verdict backed
+  by passages about the claim from the same verdict written over passages about something else (a
+  135M model is as sure of both); fitted on a dev mix that holds out-of-corpus claims, this map's
+  confidence falls where the evidence is missing (issue 49). It needs each run's grounding at fit and
+  predict time (``features=``).
 
 Metrics (all on ``confidence`` in [0, 1] and ``correct`` in {0, 1}):
 
@@ -76,17 +83,19 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Method:
-    """A calibration method: ``fit(raw, correct) -> parameters`` (JSON-able) and
-    ``apply(parameters, raw) -> calibrated``, both on 1-D numpy arrays."""
+    """A calibration method: ``fit(raw [n], correct [n], features [n, f] | None) -> parameters``
+    (JSON-able) and ``apply(parameters, raw [n], features [n, f] | None) -> calibrated [n]``, on numpy
+    arrays; ``needs_features``: it reads each run's :func:`grounding_features`."""
 
-    fit: Callable[[np.ndarray, np.ndarray], dict]
-    apply: Callable[[dict, np.ndarray], np.ndarray]
+    fit: Callable[[np.ndarray, np.ndarray, np.ndarray | None], dict]
+    apply: Callable[[dict, np.ndarray, np.ndarray | None], np.ndarray]
+    needs_features: bool = False
 
 
 METHODS: Registry[Method] = Registry("calibration method")
 
 
-def _fit_temperature(raw: np.ndarray, y: np.ndarray) -> dict:
+def _fit_temperature(raw: np.ndarray, y: np.ndarray, _features=None) -> dict:
     from scipy.optimize import minimize_scalar
 
     z = _logit(raw)
@@ -100,11 +109,11 @@ def _fit_temperature(raw: np.ndarray, y: np.ndarray) -> dict:
     return {"temperature": float(math.exp(best.x))}
 
 
-def _apply_temperature(params: dict, raw: np.ndarray) -> np.ndarray:
+def _apply_temperature(params: dict, raw: np.ndarray, _features=None) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-_logit(raw) / params["temperature"]))
 
 
-def _fit_isotonic(raw: np.ndarray, y: np.ndarray) -> dict:
+def _fit_isotonic(raw: np.ndarray, y: np.ndarray, _features=None) -> dict:
     from sklearn.isotonic import IsotonicRegression
 
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(raw, y)
@@ -112,12 +121,55 @@ def _fit_isotonic(raw: np.ndarray, y: np.ndarray) -> dict:
     return {"x": [float(v) for v in iso.X_thresholds_], "y": [float(v) for v in iso.y_thresholds_]}
 
 
-def _apply_isotonic(params: dict, raw: np.ndarray) -> np.ndarray:
+def _apply_isotonic(params: dict, raw: np.ndarray, _features=None) -> np.ndarray:
     return np.interp(raw, np.asarray(params["x"]), np.asarray(params["y"]))
+
+
+# What a ``grounded`` map reads of a run beside its raw score, each in [0, 1] (``grounding_features``).
+GROUNDING_FEATURES = ("evidence_share", "subject_cited", "answered_share")
+
+
+def grounding_features(g: Any) -> list[float]:
+    """``[len(GROUNDING_FEATURES)]`` numbers of one run's grounding (a ``factrl.agents.abstain.Grounding``
+    or its ``to_dict()``): ``evidence_share`` (the share of the claim's named entities the citations
+    mention; for a claim naming none, the share of its content words the best citation holds),
+    ``subject_cited`` (1 when a citation names the claim's subject; for a claim naming none, its
+    evidence share) and ``answered_share`` (questions answered from retrieved text)."""
+    d = g if isinstance(g, dict) else g.to_dict()
+    share = d["entity_share"] if d.get("entity_share") is not None else d["content_share"]
+    subject = float(d["subject_cited"]) if d.get("subject_cited") is not None else share
+    answered = d["answered"] / d["questions"] if d.get("questions") else 0.0
+    return [float(share), subject, float(answered)]
+
+
+def _design(raw: np.ndarray, features: np.ndarray | None) -> np.ndarray:
+    """``[n, 1 + f]``: the raw score's logit (scaled to about [-1, 1] for a 0.99999 score) and the features
+    (``Calibrator`` passes them to a method that ``needs_features``)."""
+    assert features is not None, "a grounded map reads each run's features"
+    return np.column_stack([_logit(raw) / 10.0, features])
+
+
+def _fit_grounded(raw: np.ndarray, y: np.ndarray, features: np.ndarray | None) -> dict:
+    from sklearn.linear_model import LogisticRegression
+
+    if len(np.unique(y)) < 2:  # one class: the map is its rate, whatever the inputs
+        return {"features": list(GROUNDING_FEATURES), "coef": [0.0] * (1 + len(GROUNDING_FEATURES)),
+                "intercept": float(_logit(np.array([y.mean()]))[0])}
+    # weak L2 (C=10): out-of-corpus runs are nearly separable by their evidence, and a strong penalty
+    # would pull the in-corpus confidence towards the mix's mean (0.59 instead of 0.70 on a test mix)
+    model = LogisticRegression(C=10.0).fit(_design(raw, features), y)
+    return {"features": list(GROUNDING_FEATURES), "coef": [float(v) for v in model.coef_[0]],
+            "intercept": float(model.intercept_[0])}
+
+
+def _apply_grounded(params: dict, raw: np.ndarray, features: np.ndarray | None) -> np.ndarray:
+    z = _design(raw, features) @ np.asarray(params["coef"]) + params["intercept"]
+    return 1.0 / (1.0 + np.exp(-z))
 
 
 METHODS.add("temperature", Method(_fit_temperature, _apply_temperature))
 METHODS.add("isotonic", Method(_fit_isotonic, _apply_isotonic))
+METHODS.add("grounded", Method(_fit_grounded, _apply_grounded, needs_features=True))
 
 
 @dataclass
@@ -139,23 +191,40 @@ class Calibrator:
     def __post_init__(self) -> None:
         METHODS.lookup(self.method)  # an unknown name fails here, listing the known ones
 
-    def fit(self, raw_scores: Sequence[float], correct: Sequence[bool | int], fitted_on: str = "") -> Calibrator:
-        """Fit on ``raw_scores`` ``[n]`` and whether each verdict was right ``[n]``; returns self."""
+    @property
+    def needs_grounding(self) -> bool:
+        """Whether :meth:`fit` and :meth:`predict` need each run's grounding (``features=``)."""
+        return METHODS.lookup(self.method).needs_features
+
+    def _features(self, groundings: Sequence[Any] | None, n: int) -> np.ndarray | None:
+        if not self.needs_grounding:
+            return None
+        if groundings is None:
+            raise ValueError(f"the {self.method} calibration map reads each run's grounding: pass features=")
+        if len(groundings) != n:
+            raise ValueError(f"{n} raw scores but {len(groundings)} groundings")
+        return np.asarray([grounding_features(g) for g in groundings], dtype=float).reshape(n, len(GROUNDING_FEATURES))
+
+    def fit(self, raw_scores: Sequence[float], correct: Sequence[bool | int], fitted_on: str = "",
+            features: Sequence[Any] | None = None) -> Calibrator:
+        """Fit on ``raw_scores`` ``[n]`` and whether each verdict was right ``[n]`` (and, for a method
+        that reads them, each run's grounding ``features`` ``[n]``); returns self."""
         raw, y = _as_arrays(raw_scores, correct)
         if len(raw) == 0:
             raise ValueError("cannot fit a calibration map on no runs")
-        self.parameters = METHODS.lookup(self.method).fit(raw, y)
+        self.parameters = METHODS.lookup(self.method).fit(raw, y, self._features(features, len(raw)))
         self.n, self.fitted_on, self.accuracy = len(raw), fitted_on, float(y.mean())
         return self
 
-    def predict(self, raw_scores: Sequence[float]) -> list[float]:
-        """Calibrated confidences ``[n]`` in [0, 1] of ``raw_scores`` ``[n]``."""
+    def predict(self, raw_scores: Sequence[float], features: Sequence[Any] | None = None) -> list[float]:
+        """Calibrated confidences ``[n]`` in [0, 1] of ``raw_scores`` ``[n]`` (with each run's grounding
+        ``features`` ``[n]`` for a method that reads them; ignored by the others)."""
         if self.parameters is None:
             raise RuntimeError(f"{self.method} calibrator is not fitted: call fit() or load() first")
         raw = _as_arrays(raw_scores)
         if len(raw) == 0:
             return []
-        out = METHODS.lookup(self.method).apply(self.parameters, raw)
+        out = METHODS.lookup(self.method).apply(self.parameters, raw, self._features(features, len(raw)))
         return [float(v) for v in np.clip(out, 0.0, 1.0)]
 
     def to_dict(self) -> dict:

@@ -51,7 +51,8 @@ def fit_calibrators(systems: Sequence[System], dev: EvalSet, *, method: str, per
         correct = [r.verdict == y for r, y in zip(runs, labels)]
         meta = {"name": system.name, **dict((checkpoints or {}).get(system.name, {}))}
         fitted[system.name] = Calibrator(method, checkpoint=meta).fit(
-            [r.raw_confidence for r in runs], correct, fitted_on=fitted_on or dev.name)
+            [r.raw_confidence for r in runs], correct, fitted_on=fitted_on or dev.name,
+            features=[r.grounding for r in runs])
         log.info("calibration of %s: %d dev claims in %.1f s, dev accuracy %.3f", system.name, len(texts),
                  seconds[system.name], fitted[system.name].accuracy)
     return fitted, seconds
@@ -73,7 +74,8 @@ def apply_calibration(result: EvalResult, calibrators: Mapping) -> EvalResult:
     for (dataset, system), preds in groups.items():
         cal = calibrators.get(system)
         if cal is not None:
-            for p, c in zip(preds, cal.predict([p["raw_confidence"] for p in preds])):
+            calibrated = cal.predict([p["raw_confidence"] for p in preds], features=[p.get("grounding") for p in preds])
+            for p, c in zip(preds, calibrated):
                 p["confidence"] = c
         by_hop = {"all": preds} | {f"{h}hop": [p for p in preds if p["num_hops"] == h]
                                    for h in sorted({p["num_hops"] for p in preds} - {None})}

@@ -99,8 +99,10 @@ class CalibrationParams:
     """``evaluate.calibration``: the calibration map fitted per HARIS checkpoint during ``evaluate``
     (``factrl.eval.calibration``), saved to ``metrics/calibration/<checkpoint-slug>.json``.
 
-    method: ``isotonic`` or ``temperature`` (any name of ``factrl.eval.calibration.METHODS``), or
-        ``none`` to skip it (no dev claims evaluated, no maps written, no calibration metrics).
+    method: ``isotonic``, ``temperature`` (the raw score alone) or ``grounded`` (the raw score and the
+        run's evidence: how much of the claim its citations mention; any name of
+        ``factrl.eval.calibration.METHODS``), or ``none`` to skip it (no dev claims evaluated, no maps
+        written, no calibration metrics).
     dev_set: the claim file the maps are fitted on; never the eval claims: the demo world's dev
         split, which no stage trains on.
     dev_per_hop: dev claims per hop setting, balanced labels (0 = the whole file); every HARIS

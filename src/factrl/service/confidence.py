@@ -46,12 +46,15 @@ class Calibration:
             return cls()
         return cls(Calibrator.load(path), path)
 
-    def apply(self, raw: Sequence[float | None]) -> list[float | None]:
-        """Calibrated scores of ``raw`` (None stays None); the raw scores without a map."""
+    def apply(self, raw: Sequence[float | None], groundings: Sequence | None = None) -> list[float | None]:
+        """Calibrated scores of ``raw`` (None stays None); the raw scores without a map. ``groundings``
+        (one per score, ``factrl.agents.abstain.Grounding``) feed a map that reads the run's evidence
+        (``grounded``)."""
         if self.calibrator is None:
             return list(raw)
         known = [i for i, r in enumerate(raw) if r is not None]
-        mapped = self.calibrator.predict([raw[i] for i in known]) if known else []
+        features = [groundings[i] for i in known] if groundings is not None else None
+        mapped = self.calibrator.predict([raw[i] for i in known], features=features) if known else []
         out: list[float | None] = [None] * len(raw)
         for i, value in zip(known, mapped):
             out[i] = float(value)

@@ -63,8 +63,8 @@ class HarisVerifier:
         run, found = claim_run.result, claim_run.evidence  # HARIS's own result and evidence
         assert run is not None and found is not None, "the HARIS system returns its result and evidence"
         raw = raw_confidence(run)
-        confidence = raw if self.calibration is None or raw is None else self.calibration.apply([raw])[0]
         ground = found.grounding()
+        confidence = raw if self.calibration is None or raw is None else self.calibration.apply([raw], [ground])[0]
         decision = decide(run.verdict, ground, confidence, self.abstain)
         usage = self._usage(run)
         total = Usage()

@@ -293,7 +293,8 @@ class BatchWorker:
                 results = [self._alone(verifier, checkpoint, item) for _, item in group]
         calibration = self.calibrations.get(checkpoint)
         raw = [r.get("raw_confidence") for r in results]
-        mapped = calibration.apply(raw) if calibration is not None else raw
+        groundings = [(r.get("abstention") or {}).get("grounding") for r in results]  # a grounded map reads them
+        mapped = calibration.apply(raw, groundings) if calibration is not None else raw
         calibrated = bool(calibration is not None and calibration.calibrated)
         for (job, item), result, confidence in zip(group, results, mapped):
             if result.get("status") != "failed":

@@ -55,7 +55,7 @@ class FixedCalibration:
 
     calibrated = True
 
-    def apply(self, raw):
+    def apply(self, raw, groundings=None):
         return [None if r is None else r / 2 for r in raw]
 
 

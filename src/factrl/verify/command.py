@@ -26,7 +26,7 @@ def outcome_lines(result, recorded, params: AbstainParams) -> str:
     decision = decide(result.verdict, evidence.grounding(), confidence, params)
     lines = [f"OUTCOME: {decision.verdict or 'none (no valid verification)'}"]
     if decision.abstained:
-        lines.append(f"not enough evidence in this corpus (the model wrote {decision.model_verdict}):")
+        lines.append(f"not enough evidence in this corpus (the model wrote {decision.model_verdict or 'no verdict'}):")
         lines += [f"  - {r}" for r in decision.reasons]
         lines.append("searched: " + ("; ".join(evidence.searched) or "nothing"))
     for c in evidence.citations:
