@@ -140,9 +140,6 @@ def test_local_trainer_settings_without_a_verl_twin(tmp_path):
     reasoning = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, dynamic_sampling=True))
     with pytest.raises(ValueError, match="set train.reasoning.dynamic_sampling false"):
         plan_for("reason", reasoning, tmp_path)
-    balanced = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, balance_by="label"))
-    with pytest.raises(ValueError, match="balance_by .'label'. is not available on train.backend verl"):
-        plan_for("reason", balanced, tmp_path)
 
 
 def test_batch_that_splits_a_group_is_refused():
@@ -180,6 +177,40 @@ def test_exported_rows_load_in_verls_dataset(tmp_path):
         assert first["reward_model"]["ground_truth"] == expected["reward_model"]["ground_truth"]
         assert first["index"] == 0 and first["tools_kwargs"] == expected["extra_info"]["tools_kwargs"]
         assert set(expected["extra_info"]) >= {"index", "tools_kwargs", "need_tools_kwargs"}
+
+
+def test_a_balanced_run_feeds_verl_the_local_trainers_draws_in_order(tmp_path):
+    """balance_by on verl: the rows are written as the local trainer draws them step by step and verl
+    reads them in order (data.shuffle false): each of verl's batches is that step's balanced draw."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from factrl.llm.models import resolve_model_path
+    from factrl.rl.sampling import prompt_strata, step_prompts
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+    # 3 SUPPORTS for every REFUTES: an unbalanced shuffle would often draw a step of one label
+    items = [{"id": f"c{i}", "claim": f"Claim number {i} about Orlen Studios.",
+              "label": "REFUTES" if i % 4 == 0 else "SUPPORTS"} for i in range(16)]
+    reasoning = dataclasses.replace(TrainParams().reasoning, balance_by="label", prompts_per_step=4, steps=3)
+    p = plan_for("reason", TrainParams(reasoning=reasoning), tmp_path)
+    cfg = verl_backend.compose(p.overrides).data
+    assert cfg.shuffle is False and cfg.train_batch_size == 4
+    verl_run.export(p, items, tok)
+    dataset = RLHFDataset(data_files=[str(p.train_file)], tokenizer=tok, config=cfg)
+    # verl's create_rl_sampler reads a data.shuffle false dataset with a SequentialSampler (not called
+    # here: it imports torchdata, which the CPU install leaves out)
+    assert len(dataset) == 12
+    strata = prompt_strata(items, "label")
+    for step in range(3):
+        batch = [dataset[k]["reward_model"]["ground_truth"] for k in range(4 * step, 4 * step + 4)]
+        local = [items[i]["label"] for i in step_prompts(16, 4, reasoning.seed, step, strata)]
+        assert batch == local and batch.count("REFUTES") == 1  # the strata in proportion, every step
+    # unbalanced runs keep verl's own shuffle over the rows as they are
+    plain = plan_for("reason", tmp_path=tmp_path / "plain")
+    assert "data.shuffle=False" not in plain.overrides
+    assert verl_run.step_rows([{"i": 0}], [{"label": "S"}], TrainParams().reasoning) == [{"i": 0}]
 
 
 def test_export_names_the_bad_row(tmp_path):

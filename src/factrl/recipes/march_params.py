@@ -32,7 +32,8 @@ class TrainMarchParams(GRPOParams):
         (verl's ``main_ppo`` on a Ray GPU cluster, configured by ``verl``; each row one episode of
         ``factrl.recipes.march_verl``'s agent loop on verl's rollout server). verl 0.9 returns one
         trajectory per row, so on verl only the solver trains: ``train_roles`` must be ``[solver]``
-        (the paper's solver-only ablation), and ``dynamic_sampling`` / ``balance_by`` are local only.
+        (the paper's solver-only ablation), and ``dynamic_sampling`` is local only (``balance_by``
+        works on both: verl reads the rows in the local trainer's balanced order).
         The warm start and the before / after evaluation run in the stage's process either way.
     verl: the cluster settings of the ``verl`` backend (see :class:`VerlParams`; MARCH starts no
         server, so only its training fields apply).

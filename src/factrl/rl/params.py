@@ -103,7 +103,8 @@ class GRPOParams:
         prompts per step, the first included (verl's ``max_num_gen_batches``).
     balance_by: a prompt field (e.g. ``label``) whose values every draw holds in proportion (each
         value's prompts spread evenly over the epoch's order); empty = plain shuffled order. A step
-        of claims that are all SUPPORTED pushes every group's advantage toward one verdict.
+        of claims that are all SUPPORTED pushes every group's advantage toward one verdict. On verl
+        the rows are written in this order and read unshuffled (``factrl.rl.verl_run.step_rows``).
     chunked_logprobs: the update computes log-probs (and the logged entropy) only at the positions
         that carry loss, ``logprob_chunk`` positions at a time, from the decoder's hidden states,
         keeping no logits (``factrl.rl.losses.token_logprobs_chunked``); off = the model's full

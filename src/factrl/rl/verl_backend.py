@@ -174,10 +174,6 @@ def check_grpo(cfg: GRPOParams, cluster: VerlParams, *, section: str = "train.<a
         raise ValueError(f"dynamic_sampling is not available on {backend_key} verl: verl 0.9's main_ppo "
                          "trainer ignores algorithm.filter_groups (only its experimental v1 trainer reads "
                          f"it); set {section}.dynamic_sampling false or use the local backend")
-    if cfg.balance_by:  # verl draws its batches with its own dataloader sampler
-        raise ValueError(f"balance_by ({cfg.balance_by!r}) is not available on {backend_key} verl: verl's "
-                         f"dataloader shuffles without strata; set {section}.balance_by '' or use the "
-                         "local backend")
     if cfg.max_context_tokens <= cluster.max_prompt_length:
         raise ValueError(f"{section}.max_context_tokens {cfg.max_context_tokens} leaves no response budget "
                          f"after {cluster_section}.max_prompt_length {cluster.max_prompt_length}")
@@ -263,6 +259,8 @@ def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, tra
         "trainer.project_name": "factrl",
         "trainer.experiment_name": experiment,
     }
+    if cfg.balance_by:  # the rows are written in the local trainer's balanced draw order (verl_run.step_rows)
+        values["data.shuffle"] = False
     if cluster.ray_address:
         values["+ray_kwargs.ray_init.address"] = cluster.ray_address
     return overrides_from(values) + list(cluster.extra_overrides)

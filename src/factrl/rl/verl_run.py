@@ -104,10 +104,29 @@ def main_ppo_env(work_dir: Path, cluster: VerlParams) -> dict[str, str]:
     return env
 
 
+def step_rows(rows: list[dict], items: list, cfg: GRPOParams) -> list[dict]:
+    """With ``cfg.balance_by``: ``rows`` (one per item) in the order the local trainer draws their
+    items, step after step (``factrl.rl.sampling.step_prompts`` over the items' strata: every step's
+    prompts hold the strata in proportion), ``cfg.steps * cfg.prompts_per_step`` rows. verl reads the
+    file in that order (``data.shuffle`` false, :func:`factrl.rl.verl_backend.grpo_overrides`), so each
+    of its batches holds the prompts of the local trainer's first draw of that step. Without
+    ``balance_by``: ``rows`` as they are (verl shuffles them)."""
+    if not cfg.balance_by:
+        return rows
+    if len(rows) != len(items):
+        raise ValueError(f"{len(rows)} verl rows for {len(items)} items: balance_by orders one row per item")
+    from factrl.rl.sampling import prompt_strata, step_prompts
+
+    strata = prompt_strata(items, cfg.balance_by)
+    return [rows[i] for step in range(cfg.steps)
+            for i in step_prompts(len(rows), cfg.prompts_per_step, cfg.seed, step, strata)]
+
+
 def export(p: VerlPlan, items: list, tokenizer=None) -> None:
-    """Write the rows (checked against ``train.verl.max_prompt_length`` when a tokenizer is given)
-    and the tool and agent-loop configs into the plan's work directory."""
-    rows = p.make_rows(items)
+    """Write the rows (checked against ``train.verl.max_prompt_length`` when a tokenizer is given;
+    in the local trainer's balanced order when the run balances, :func:`step_rows`) and the tool and
+    agent-loop configs into the plan's work directory."""
+    rows = step_rows(p.make_rows(items), items, p.cfg)
     verl_backend.check_rows(rows, f"{p.stage} prompts", tokenizer=tokenizer,
                             max_prompt_length=_override(p, "data.max_prompt_length"))
     verl_backend.write_dataset(rows, p.train_file)
