@@ -13,15 +13,16 @@ HARIS at one checkpoint pair (``last`` = the trained pair of params ``rounds``) 
   map is fitted there ("after", ``--method``, by default ``grounded``: the raw score and the run's evidence;
   "before" is a temperature map fitted on the in-corpus dev claims alone, as evaluate fitted it until
   issue 49), and the NOT ENOUGH INFO rules are chosen there
-  (``factrl.agents.abstain.choose_rules``: best accuracy on the mix among the combinations answering at
+  (``factrl.agents.abstain.choose_rules``: the best utility on the mix, an abstention scored above a wrong
+  verdict, among the combinations answering at
   least ``--min-coverage`` of its in-corpus claims);
 * a **test mix**: ``--per-hop`` eval claims per hop and ``--out-of-corpus`` out-of-corpus claims (half
   generated, half real, other seeds than the dev mix's), scored with the chosen rules and the "after" map.
 
 Each of the four runs (dev in / out of corpus, test in / out of corpus) is kept in
-``WORKSPACE/.bench-abstain/<key>/<phase>.pkl`` as it finishes (the key: the pair and every argument that
-changes a run), so a killed bench rerun with the same arguments skips the runs already done; the log
-says how long each took.
+``WORKSPACE/.bench-abstain/<key>/<phase>-<size>.pkl`` as it finishes (the key: the pair and every argument
+that changes a run; the size: of that phase's claim set), so a killed bench rerun with the same arguments
+skips the runs already done; the log says how long each took.
 
 ``bench/results/abstain.json``: ``in_corpus`` {coverage, accuracy_answered, accuracy_all},
 ``out_of_corpus`` {nei_rate, n}, ``risk_coverage`` (points), ``ece`` {before, after} on the test mix,
@@ -112,13 +113,24 @@ class PhaseStore:
         return rows
 
 
+# each phase's claim set, by the argument that sizes it
+PHASE_SIZES = {"dev_in_corpus": "dev_per_hop", "dev_out_of_corpus": "out_of_corpus", "test_in_corpus": "per_hop",
+               "test_out_of_corpus": "out_of_corpus"}
+
+
+def phase_name(phase: str, args: argparse.Namespace) -> str:
+    """``dev_in_corpus-20``: the phase and the size of its claim set."""
+    return f"{phase}-{getattr(args, PHASE_SIZES[phase])}"
+
+
 def phase_key(specs: list[str], args: argparse.Namespace, mode: str) -> str:
-    """What makes a run's rows differ: the pair and the run's arguments (not ``--out`` or ``--smoke``, nor
-    ``--method`` or ``--min-coverage``, which only read the rows: a rerun with another map or rule
-    choice runs no model)."""
+    """What makes every run's rows differ: the pair and the run's arguments, but not ``--out`` or
+    ``--smoke``, nor ``--method`` or ``--min-coverage`` (they only read the rows: a rerun with another
+    map or rule choice runs no model), nor the sizes of the four claim sets, which name each phase's
+    file instead (:func:`phase_name`: a larger dev set reruns only the dev claims)."""
     what = {"specs": specs, "mode": mode, **{k: v for k, v in sorted(vars(args).items())
                                               if k not in ("out", "smoke", "workspace", "build_demo", "method",
-                                                           "min_coverage")}}
+                                                           "min_coverage", *PHASE_SIZES.values())}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -143,18 +155,19 @@ def ece_of(rows: list[dict], calibrator) -> float:
 
 
 def rule_counts(rows: list[dict], params) -> dict[str, int]:
-    """Per rule, how many of ``rows`` it turned to NOT ENOUGH INFO (a claim may fail several)."""
-    from factrl.agents.abstain import failed_rules
+    """Per rule, how many of ``rows`` it turned to NOT ENOUGH INFO (a claim may fail several), and under
+    ``without_verdict`` how many of those were runs in which the model wrote no verdict."""
+    from factrl.agents.abstain import decide
 
     counts: Counter = Counter()
     for r in rows:
-        if r["verdict"] is None:
-            continue
-        for reason in failed_rules(r["grounding"], r["confidence"], params):
+        decision = decide(r["verdict"], r["grounding"], r["confidence"], params)
+        for reason in decision.reasons:
             rule = ("require_subject" if "subject" in reason else "min_answered_share" if "questions answered" in
                     reason else "min_confidence" if "confidence" in reason else "min_entity_share" if "entities"
                     in reason else "min_content_share")
             counts[rule] += 1
+        counts["without_verdict"] += decision.abstained and r["verdict"] is None
     return dict(counts)
 
 
@@ -191,8 +204,10 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     dev_out = out_of_corpus_claims(passages, generated=half // 2 or 1, real_files=real, real=half // 2 or 1,
                                    seed=args.seed + 1)
     store = PhaseStore(workspace / ".bench-abstain" / phase_key(specs, args, mode))
-    dev_rows_in = store.rows("dev_in_corpus", lambda: run_claims(system, dev_in, retriever, args.batch_size))
-    dev_rows_out = store.rows("dev_out_of_corpus", lambda: run_claims(system, dev_out, retriever, args.batch_size))
+    dev_rows_in = store.rows(phase_name("dev_in_corpus", args),
+                             lambda: run_claims(system, dev_in, retriever, args.batch_size))
+    dev_rows_out = store.rows(phase_name("dev_out_of_corpus", args),
+                              lambda: run_claims(system, dev_out, retriever, args.batch_size))
     before = fit_map(dev_rows_in, BEFORE_METHOD)
     after = fit_map(dev_rows_in + dev_rows_out, args.method)
     dev_rows = dev_rows_in + dev_rows_out
@@ -205,8 +220,9 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
     test_in = sampled(workspace / "data/claims/eval.parquet", args.per_hop, args.seed)
     test_out = out_of_corpus_claims(passages, generated=args.out_of_corpus - half, real_files=real, real=half,
                                     seed=args.seed + 2)
-    rows = (store.rows("test_in_corpus", lambda: run_claims(system, test_in, retriever, args.batch_size))
-            + store.rows("test_out_of_corpus", lambda: run_claims(system, test_out, retriever, args.batch_size)))
+    rows = (store.rows(phase_name("test_in_corpus", args), lambda: run_claims(system, test_in, retriever, args.batch_size))
+            + store.rows(phase_name("test_out_of_corpus", args),
+                         lambda: run_claims(system, test_out, retriever, args.batch_size)))
     for r, c in zip(rows, calibrated(rows, after)):
         r["confidence"] = c
         r["outcome"] = decide(r["verdict"], r["grounding"], c, rules).verdict
@@ -239,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
                                                              "the workspace first when it has no index")
     p.add_argument("--checkpoint", default="last", help="the pair: last (trained), warm, base, r<id> (default last)")
     p.add_argument("--per-hop", type=int, default=60, help="eval claims per hop in the test mix (default 60)")
-    p.add_argument("--dev-per-hop", type=int, default=10, help="dev claims per hop in the dev mix (default 10)")
+    p.add_argument("--dev-per-hop", type=int, default=20, help="dev claims per hop in the dev mix (default 20)")
     p.add_argument("--out-of-corpus", type=int, default=150, help="out-of-corpus claims in the test mix, half "
                                                                   "generated, half real (default 150)")
     p.add_argument("--min-coverage", type=float, default=0.95, help="in-corpus coverage the rules must keep")

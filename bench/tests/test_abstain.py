@@ -76,7 +76,7 @@ def test_a_rerun_skips_the_runs_already_kept(tmp_path):
                            llm_loader=lambda spec: Refuses())
     assert remapped["ece"]["method"] == {"before": "temperature", "after": "temperature"}
     kept = sorted(p.name for p in (tmp_path / "ws" / ".bench-abstain").rglob("*.pkl"))
-    assert kept == ["dev_in_corpus.pkl", "dev_out_of_corpus.pkl", "test_in_corpus.pkl", "test_out_of_corpus.pkl"]
+    assert kept == ["dev_in_corpus-2.pkl", "dev_out_of_corpus-4.pkl", "test_in_corpus-2.pkl", "test_out_of_corpus-4.pkl"]
     other = abstain.parser().parse_args([*argv[:-2], "--seed", "1"])
     try:
         abstain.run(other, llm_loader=lambda spec: Refuses())

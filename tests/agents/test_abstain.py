@@ -105,6 +105,25 @@ def test_choose_rules_picks_the_combination_that_separates_a_dev_mix():
     own, other = grounding(CLAIM, [OWN_ENTITY], [QUESTION]), grounding(CLAIM, [OTHER_ENTITY], [QUESTION])
     runs = [DevRun(REFUTES, REFUTES, own, 0.9)] * 10 + [DevRun(NOT_ENOUGH_INFO, SUPPORTS, other, 0.9)] * 10
     params, score = choose_rules(runs)
-    assert score == {"accuracy": 1.0, "coverage": 1.0}
+    assert score == {"utility": 1.0, "accuracy": 1.0, "coverage": 1.0}
     assert params.require_subject or params.min_answered_share > 0
     assert params.min_confidence == 0  # confidence does not separate them: left off (fewer rules)
+
+
+def test_choose_rules_prefers_not_enough_info_to_a_wrong_verdict():
+    """Abstaining on an answerable claim loses coverage; a wrong verdict misleads. Mix accuracy counts
+    both as one error (and would keep the rule off: fewer rules); the utility the choice uses does not."""
+    from factrl.agents.abstain import mix_accuracy, mix_utility
+
+    own = grounding(CLAIM, [OWN_ENTITY], [QUESTION])
+    half = grounding(CLAIM, [OWN_ENTITY], [QUESTION, "Who founded Orlen Studios?"])  # 1 of 2 answered
+    other = grounding(CLAIM, [OTHER_ENTITY], [QUESTION])
+    runs = ([DevRun(REFUTES, REFUTES, own, 0.9)] * 19 + [DevRun(REFUTES, SUPPORTS, half, 0.9)]
+            + [DevRun(NOT_ENOUGH_INFO, SUPPORTS, other, 0.9)] * 10)
+    lenient, strict = AbstainParams(min_answered_share=0.0), AbstainParams(min_answered_share=1.0)
+    assert mix_accuracy(runs, lenient)[0] == mix_accuracy(runs, strict)[0]
+    assert mix_utility(runs, strict) > mix_utility(runs, lenient)
+    params, score = choose_rules(runs)
+    assert params.min_answered_share == 1.0 and score["coverage"] == 0.95
+    # unless the coverage it costs is more than allowed: then the lenient rules stand
+    assert choose_rules(runs, min_coverage=0.96)[0].min_answered_share < 1.0

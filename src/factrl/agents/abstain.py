@@ -19,7 +19,8 @@ actually has, never from the verdict text alone:
 :class:`AbstainParams` (params section ``abstain``) sets each rule's threshold; :func:`decide` applies
 them and says which rules failed. ``factrl verify``, ``factrl serve`` (``factrl.service.engine``) and
 ``evaluate`` (``factrl.eval.abstention``) all decide through :func:`decide`; :func:`choose_rules`
-picks the combination on a dev mix of in-corpus and out-of-corpus claims (bench/abstain.py).
+picks the combination on a dev mix of in-corpus and out-of-corpus claims (bench/abstain.py), scoring
+an abstention above a wrong verdict (:func:`mix_utility`).
 """
 
 from __future__ import annotations
@@ -305,40 +306,61 @@ class DevRun:
     confidence: float | None
 
 
-# the grid :func:`choose_rules` searches by default: every rule on and off at a few thresholds
+# the grid :func:`choose_rules` searches by default: every rule on and off at a few thresholds, each
+# param's values from lenient to strict (ties go to the first, the most lenient)
 RULE_GRID: Mapping[str, tuple] = {
     "require_subject": (False, True),
     "min_entity_share": (0.0, 0.5),
-    "min_answered_share": (0.0, 0.5, 1.0),
-    "min_confidence": (0.0, 0.5, 0.6, 0.7),
+    "min_answered_share": (0.0, 0.25, 0.5, 1.0),
+    "min_confidence": (0.0, 0.3, 0.5, 0.7),
 }
+
+
+def _outcomes(runs: Sequence[DevRun], params: AbstainParams) -> list[str | None]:
+    return [decide(r.verdict, r.grounding, r.confidence, params).verdict for r in runs]
 
 
 def mix_accuracy(runs: Iterable[DevRun], params: AbstainParams) -> tuple[float, float]:
     """(accuracy with abstention counted as an answer: NOT ENOUGH INFO right on out-of-corpus claims,
     wrong on the others; coverage of the in-corpus claims) of ``params`` over ``runs``."""
     runs = list(runs)
-    right = answered = inside = 0
-    for r in runs:
-        outcome = decide(r.verdict, r.grounding, r.confidence, params).verdict
-        right += outcome == r.label
-        if r.label != NOT_ENOUGH_INFO:
-            inside += 1
-            answered += outcome != NOT_ENOUGH_INFO
-    return (right / len(runs) if runs else 0.0), (answered / inside if inside else 0.0)
+    outcomes = _outcomes(runs, params)
+    right = sum(o == r.label for o, r in zip(outcomes, runs))
+    inside = [o for o, r in zip(outcomes, runs) if r.label != NOT_ENOUGH_INFO]
+    answered = sum(o != NOT_ENOUGH_INFO for o in inside)
+    return (right / len(runs) if runs else 0.0), (answered / len(inside) if inside else 0.0)
+
+
+def mix_utility(runs: Iterable[DevRun], params: AbstainParams, wrong_cost: float = 1.0) -> float:
+    """The mean payoff of ``params`` over ``runs``, as a user of a verifier counts it: +1 for a right
+    outcome (the right verdict, or NOT ENOUGH INFO on an out-of-corpus claim), 0 for NOT ENOUGH INFO on
+    a claim the corpus answers (coverage lost, nothing asserted), ``-wrong_cost`` for anything else (a
+    wrong verdict, a verdict on a claim the corpus holds nothing on, no verdict). Unlike
+    :func:`mix_accuracy` it prefers abstaining to asserting a wrong verdict (selective prediction)."""
+    runs = list(runs)
+    total = 0.0
+    for outcome, r in zip(_outcomes(runs, params), runs):
+        if outcome == r.label:
+            total += 1.0
+        elif not (outcome == NOT_ENOUGH_INFO and r.label != NOT_ENOUGH_INFO):
+            total -= wrong_cost
+    return total / len(runs) if runs else 0.0
 
 
 def choose_rules(runs: Sequence[DevRun], base: AbstainParams = AbstainParams(), *, min_coverage: float = 0.95,
-                 grid: Mapping[str, tuple] = RULE_GRID) -> tuple[AbstainParams, dict]:
-    """The combination of ``grid`` with the best :func:`mix_accuracy` among those answering at least
+                 grid: Mapping[str, tuple] = RULE_GRID, wrong_cost: float = 1.0) -> tuple[AbstainParams, dict]:
+    """The combination of ``grid`` with the best :func:`mix_utility` among those answering at least
     ``min_coverage`` of the in-corpus dev claims (the most covering one when none does); ties go to
-    the fewer rules switched on. Returns it and its ``{"accuracy", "coverage"}`` on ``runs``."""
-    best, best_key, best_score = base, None, {"accuracy": 0.0, "coverage": 0.0}
+    the fewer rules switched on, then to the first in ``grid``'s order (the most lenient). Returns it
+    and its ``{"utility", "accuracy", "coverage"}`` on ``runs``."""
+    best, best_key, best_score = base, None, {"utility": 0.0, "accuracy": 0.0, "coverage": 0.0}
     for values in itertools.product(*grid.values()):
         params = replace(base, enabled=True, **dict(zip(grid, values)))
         accuracy, coverage = mix_accuracy(runs, params)
+        utility = mix_utility(runs, params, wrong_cost)
         active = sum(1 for v in values if v)
-        key = (coverage >= min_coverage, accuracy if coverage >= min_coverage else coverage, -active)
+        key = (coverage >= min_coverage, utility if coverage >= min_coverage else coverage, -active)
         if best_key is None or key > best_key:
-            best, best_key, best_score = params, key, {"accuracy": accuracy, "coverage": coverage}
+            best, best_key = params, key
+            best_score = {"utility": utility, "accuracy": accuracy, "coverage": coverage}
     return best, best_score
