@@ -127,3 +127,21 @@ def test_choose_rules_prefers_not_enough_info_to_a_wrong_verdict():
     assert params.min_answered_share == 1.0 and score["coverage"] == 0.95
     # unless the coverage it costs is more than allowed: then the lenient rules stand
     assert choose_rules(runs, min_coverage=0.96)[0].min_answered_share < 1.0
+
+
+def test_what_the_searches_read_counts_apart_from_what_was_cited():
+    """The 135M search agent's report may quote no sentence naming the claim's subject although its
+    search read the subject's passage: min_read_share reads the passages themselves; an out-of-corpus
+    claim reads none of its entities whatever the reports say."""
+    read = ["Orlen Studios. Orlen Studios is a film company founded by Ilse Parrow.", "Varna. Varna is a city."]
+    g = grounding(CLAIM, [], [QUESTION], read=read)
+    assert g.entity_share == 0.0 and g.read_entity_share == 1.0
+    assert not decide(REFUTES, g, 0.9, AbstainParams(require_subject=False, min_answered_share=0,
+                                                     min_read_share=1.0)).abstained
+    elsewhere = grounding(CLAIM, [OTHER_ENTITY], [QUESTION], read=["Hatur Studios. Hatur Studios is based in Varna."])
+    assert elsewhere.read_entity_share == 0.5
+    d = decide(SUPPORTS, elsewhere, 0.9, AbstainParams(require_subject=False, min_answered_share=0, min_read_share=1.0))
+    assert d.abstained and any("passages read mention 50%" in r for r in d.reasons)
+    assert grounding(CLAIM, [], [QUESTION]).read_entity_share is None  # nothing recorded: the rule reads 0
+    assert decide(REFUTES, grounding(CLAIM, [], [QUESTION]), 0.9, AbstainParams(
+        require_subject=False, min_answered_share=0, min_read_share=0.5)).abstained

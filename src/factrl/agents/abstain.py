@@ -11,6 +11,10 @@ actually has, never from the verdict text alone:
   mentioned only as the whole run of its words, so a passage about "Hatur Studios" that shares
   "Studios" and "Varna" with "Orlen Studios is based in Varna." does not count. A claim with no named
   entity falls back on content words: the share of the claim's content words the best citation holds;
+* **what was read** (``read_entity_share``): the share of the claim's named entities that the passages
+  the run's searches retrieved and read mention (title or text). Retrieval's own evidence, independent
+  of how well the 135M search agent's report quoted a sentence: a claim whose entities no passage of the
+  corpus names (an out-of-corpus claim) reads none of them, whatever the reports say;
 * **answered questions**: of the questions the reasoning agent asked, how many were answered from
   retrieved text: the question has a citation (a sentence of a passage its search read) and, when the
   question names an entity, the citation mentions it;
@@ -66,6 +70,8 @@ class AbstainParams:
         citation must hold.
     min_answered_share: the share of the reasoning agent's questions (0-1) answered from retrieved text
         (a citation that mentions the question's own entity); a run that asked nothing has share 0.
+    min_read_share: the share of the claim's named entities (0-1) that the passages the run's searches
+        read mention (title or text), cited or not.
     min_confidence: the (calibrated, where a map exists) confidence a verdict needs (0-1).
     """
 
@@ -74,10 +80,12 @@ class AbstainParams:
     min_entity_share: float = 0.0
     min_content_share: float = 0.5
     min_answered_share: float = 0.5
+    min_read_share: float = 0.0
     min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("min_entity_share", "min_content_share", "min_answered_share", "min_confidence"):
+        for name in ("min_entity_share", "min_content_share", "min_answered_share", "min_read_share",
+                     "min_confidence"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"abstain.{name} must be in [0, 1], got {value}")
@@ -181,6 +189,8 @@ class Grounding:
     questions / answered: questions the reasoning agent asked; how many a citation answers.
     citations: citations considered; bearing: how many mention a claim entity (or, for a claim
         without entities, share a content word with it).
+    read_entity_share: share of ``entities`` some passage the run read mentions (None without entities,
+        or when the passages read were not recorded).
     """
 
     entities: tuple[str, ...]
@@ -192,6 +202,7 @@ class Grounding:
     answered: int
     citations: int
     bearing: int
+    read_entity_share: float | None = None
 
     @property
     def answered_share(self) -> float:
@@ -211,9 +222,11 @@ def _bears_on_question(question: str, cited: Sequence[CitedSentence]) -> bool:
     return not entities or any(mentions(entities[0], c.text) for c in mine)
 
 
-def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequence[str]) -> Grounding:
-    """How much the citations of a run bear on ``claim`` and how many of its ``questions`` were
-    answered from retrieved text (see the module docstring)."""
+def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequence[str],
+              read: Sequence[str] | None = None) -> Grounding:
+    """How much the citations of a run bear on ``claim``, how many of its ``questions`` were answered
+    from retrieved text, and (given the texts of the passages it ``read``, each with its title) how many
+    of the claim's entities those mention (see the module docstring)."""
     entities = tuple(named_entities(claim))
     texts = [c.text for c in citations]
     found = [e for e in entities if any(mentions(e, t) for t in texts)]
@@ -229,7 +242,9 @@ def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequenc
         entity_share=len(found) / len(entities) if entities else None,
         content_share=content_share, questions=len(questions),
         answered=sum(1 for q in questions if _bears_on_question(q, citations)),
-        citations=len(citations), bearing=bearing)
+        citations=len(citations), bearing=bearing,
+        read_entity_share=(sum(1 for e in entities if any(mentions(e, t) for t in read)) / len(entities)
+                           if entities and read is not None else None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,6 +276,9 @@ def failed_rules(g: Grounding, confidence: float | None, params: AbstainParams) 
         if g.entity_share is not None and g.entity_share < params.min_entity_share:
             reasons.append(f"the citations mention {g.entity_share:.0%} of the claim's entities "
                            f"(abstain.min_entity_share {params.min_entity_share:.0%})")
+        if params.min_read_share > 0 and (g.read_entity_share or 0.0) < params.min_read_share:
+            reasons.append(f"the passages read mention {g.read_entity_share or 0.0:.0%} of the claim's entities "
+                           f"(abstain.min_read_share {params.min_read_share:.0%})")
     elif g.content_share < params.min_content_share:
         reasons.append(f"the best citation holds {g.content_share:.0%} of the claim's content words "
                        f"(abstain.min_content_share {params.min_content_share:.0%})")
@@ -312,6 +330,7 @@ RULE_GRID: Mapping[str, tuple] = {
     "require_subject": (False, True),
     "min_entity_share": (0.0, 0.5),
     "min_answered_share": (0.0, 0.25, 0.5, 1.0),
+    "min_read_share": (0.0, 0.5, 1.0),
     "min_confidence": (0.0, 0.3, 0.5, 0.7),
 }
 

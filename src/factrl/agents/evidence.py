@@ -53,6 +53,7 @@ class RunEvidence:
     claim: str
     questions: list[dict] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)  # each passage the searches read, "title. text", once
 
     @property
     def searched(self) -> list[str]:
@@ -67,7 +68,7 @@ class RunEvidence:
     def grounding(self) -> Grounding:
         """How far the citations bear on the claim (``factrl.agents.abstain.grounding``)."""
         cited = [CitedSentence(c.quote, c.title, c.question) for c in self.citations]
-        return grounding(self.claim, cited, [q["question"] for q in self.questions])
+        return grounding(self.claim, cited, [q["question"] for q in self.questions], read=self.read)
 
 
 def run_evidence(run, recorded: Mapping[str, list], seen=None) -> RunEvidence:
@@ -76,7 +77,7 @@ def run_evidence(run, recorded: Mapping[str, list], seen=None) -> RunEvidence:
     hits a search read (default :func:`seen_hits`)."""
     seen = seen or seen_hits
     evidence = RunEvidence(run.claim)
-    citations = []
+    citations, read_ids = [], set()
     for i, question in enumerate(run.trajectory.queries):
         search = run.searches[i] if i < len(run.searches) else None
         read = run.trajectory.results[i] if i < len(run.trajectory.results) else ""
@@ -86,6 +87,10 @@ def run_evidence(run, recorded: Mapping[str, list], seen=None) -> RunEvidence:
                                    "searches": list(search.trajectory.queries) if search is not None else [],
                                    "retrieved": [{"id": str(h.id), "title": h.title} for h in hits],
                                    "report": report or None, "result": read})
+        for h in hits:
+            if h.id not in read_ids:
+                read_ids.add(h.id)
+                evidence.read.append(f"{h.title}. {h.text}" if h.title else h.text)
         found = cite(question, report or read, hits)
         if found is not None:
             citations.append(found)

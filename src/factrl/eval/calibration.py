@@ -126,7 +126,7 @@ def _apply_isotonic(params: dict, raw: np.ndarray, _features=None) -> np.ndarray
 
 
 # What a ``grounded`` map reads of a run beside its raw score, each in [0, 1] (``grounding_features``).
-GROUNDING_FEATURES = ("evidence_share", "subject_cited", "answered_share")
+GROUNDING_FEATURES = ("evidence_share", "subject_cited", "answered_share", "read_share")
 
 
 def grounding_features(g: Any) -> list[float]:
@@ -134,12 +134,15 @@ def grounding_features(g: Any) -> list[float]:
     or its ``to_dict()``): ``evidence_share`` (the share of the claim's named entities the citations
     mention; for a claim naming none, the share of its content words the best citation holds),
     ``subject_cited`` (1 when a citation names the claim's subject; for a claim naming none, its
-    evidence share) and ``answered_share`` (questions answered from retrieved text)."""
+    evidence share), ``answered_share`` (questions answered from retrieved text) and ``read_share`` (the
+    share of the claim's entities the passages read mention, cited or not; its evidence share where
+    that was not recorded)."""
     d = g if isinstance(g, dict) else g.to_dict()
     share = d["entity_share"] if d.get("entity_share") is not None else d["content_share"]
     subject = float(d["subject_cited"]) if d.get("subject_cited") is not None else share
     answered = d["answered"] / d["questions"] if d.get("questions") else 0.0
-    return [float(share), subject, float(answered)]
+    read = d["read_entity_share"] if d.get("read_entity_share") is not None else share
+    return [float(share), subject, float(answered), float(read)]
 
 
 def _design(raw: np.ndarray, features: np.ndarray | None) -> np.ndarray:
