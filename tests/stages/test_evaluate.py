@@ -95,7 +95,8 @@ def test_stage_writes_metrics_report_plots_and_traces(tiny_world, shared_data):
     from factrl.eval.calibration import Calibrator
 
     cal = Calibrator.load(tiny_world / "metrics" / "calibration" / "haris-base.json")
-    assert cal.method == "temperature" and cal.fitted_on.startswith("data/claims/dev.parquet") and cal.n > 0
+    assert cal.method == "grounded" and cal.fitted_on.startswith("data/claims/dev.parquet") and cal.n > 0
+    assert cal.parameters["features"] == ["evidence_share", "subject_cited", "answered_share", "read_share"]
     assert cal.checkpoint == {"name": "HARIS (base)", "reason": "smollm2-135m", "search": "smollm2-135m"}
     assert {"ece_raw", "ece_calibrated", "brier_raw", "brier_calibrated"} <= set(metrics["demo"]["2hop"]["HARIS (base)"])
     assert "ece_raw" not in metrics["demo"]["2hop"]["RAG"]

@@ -111,7 +111,7 @@ class CalibrationParams:
         :class:`OutOfCorpusParams`; none by default).
     """
 
-    method: str = names_from(_calibration_methods, "temperature")
+    method: str = names_from(_calibration_methods, "grounded")
     dev_set: str = "data/claims/dev.parquet"
     dev_per_hop: int = 10
     out_of_corpus: OutOfCorpusParams = field(default_factory=OutOfCorpusParams)
