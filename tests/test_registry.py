@@ -68,7 +68,7 @@ def test_evaluate_systems_are_read_from_the_baseline_registry(monkeypatch):
 
 def test_calibration_method_is_read_from_the_methods_registry(monkeypatch):
     with pytest.raises(ConfigError, match=r"evaluate\.calibration\.method: 'platt' is not a registered name; "
-                                          r"use one of \['isotonic', 'none', 'temperature'\]"):
+                                          r"use one of \['grounded', 'isotonic', 'none', 'temperature'\]"):
         from_dict(EvaluateParams, {"calibration": {"method": "platt"}}, "evaluate")
     monkeypatch.setitem(METHODS, "platt", METHODS["temperature"])
     assert from_dict(EvaluateParams, {"calibration": {"method": "platt"}}, "evaluate").calibration.method == "platt"
