@@ -339,15 +339,28 @@ def _outcomes(runs: Sequence[DevRun], params: AbstainParams) -> list[str | None]
     return [decide(r.verdict, r.grounding, r.confidence, params).verdict for r in runs]
 
 
-def mix_accuracy(runs: Iterable[DevRun], params: AbstainParams) -> tuple[float, float]:
-    """(accuracy with abstention counted as an answer: NOT ENOUGH INFO right on out-of-corpus claims,
-    wrong on the others; coverage of the in-corpus claims) of ``params`` over ``runs``."""
-    runs = list(runs)
-    outcomes = _outcomes(runs, params)
+def _accuracy_coverage(runs: Sequence[DevRun], outcomes: Sequence[str | None]) -> tuple[float, float]:
     right = sum(o == r.label for o, r in zip(outcomes, runs))
     inside = [o for o, r in zip(outcomes, runs) if r.label != NOT_ENOUGH_INFO]
     answered = sum(o != NOT_ENOUGH_INFO for o in inside)
     return (right / len(runs) if runs else 0.0), (answered / len(inside) if inside else 0.0)
+
+
+def _utility(runs: Sequence[DevRun], outcomes: Sequence[str | None], wrong_cost: float) -> float:
+    total = 0.0
+    for outcome, r in zip(outcomes, runs):
+        if outcome == r.label:
+            total += 1.0
+        elif not (outcome == NOT_ENOUGH_INFO and r.label != NOT_ENOUGH_INFO):
+            total -= wrong_cost
+    return total / len(runs) if runs else 0.0
+
+
+def mix_accuracy(runs: Iterable[DevRun], params: AbstainParams) -> tuple[float, float]:
+    """(accuracy with abstention counted as an answer: NOT ENOUGH INFO right on out-of-corpus claims,
+    wrong on the others; coverage of the in-corpus claims) of ``params`` over ``runs``."""
+    runs = list(runs)
+    return _accuracy_coverage(runs, _outcomes(runs, params))
 
 
 def mix_utility(runs: Iterable[DevRun], params: AbstainParams, wrong_cost: float = 1.0) -> float:
@@ -357,13 +370,7 @@ def mix_utility(runs: Iterable[DevRun], params: AbstainParams, wrong_cost: float
     wrong verdict, a verdict on a claim the corpus holds nothing on, no verdict). Unlike
     :func:`mix_accuracy` it prefers abstaining to asserting a wrong verdict (selective prediction)."""
     runs = list(runs)
-    total = 0.0
-    for outcome, r in zip(_outcomes(runs, params), runs):
-        if outcome == r.label:
-            total += 1.0
-        elif not (outcome == NOT_ENOUGH_INFO and r.label != NOT_ENOUGH_INFO):
-            total -= wrong_cost
-    return total / len(runs) if runs else 0.0
+    return _utility(runs, _outcomes(runs, params), wrong_cost)
 
 
 def choose_rules(runs: Sequence[DevRun], base: AbstainParams = AbstainParams(), *, min_coverage: float = 0.95,
@@ -375,8 +382,9 @@ def choose_rules(runs: Sequence[DevRun], base: AbstainParams = AbstainParams(), 
     best, best_key, best_score = base, None, {"utility": 0.0, "accuracy": 0.0, "coverage": 0.0}
     for values in itertools.product(*grid.values()):
         params = replace(base, enabled=True, **dict(zip(grid, values)))
-        accuracy, coverage = mix_accuracy(runs, params)
-        utility = mix_utility(runs, params, wrong_cost)
+        outcomes = _outcomes(runs, params)  # each run decided once per combination
+        accuracy, coverage = _accuracy_coverage(runs, outcomes)
+        utility = _utility(runs, outcomes, wrong_cost)
         active = sum(1 for v in values if v)
         key = (coverage >= min_coverage, utility if coverage >= min_coverage else coverage, -active)
         if best_key is None or key > best_key:
