@@ -5,7 +5,7 @@ params.yaml (the demo profile, or ``--profile``) with the run's overrides merged
 the round's ``train_reason`` (prepare .. warmup .. the GRPO round, its gate included), then stage
 ``evaluate``'s code on:
 
-* the eval split (``evaluate.per_hop`` label-balanced claims per hop setting, 60 in the demo) for
+* the eval split (``evaluate.per_hop`` label-balanced claims per hop setting: 60, over the demo's 40) for
   HARIS at ``base`` / ``warm`` / ``last`` (the trained pair) and RAG, all on the same 135M base model;
 * the same claims in the held-out wording (``data/claims/heldout_wording.parquet``, a wording no
   training claim uses) for the warm and trained pairs;
@@ -67,7 +67,8 @@ SEED_INDEPENDENT = ("haris_base", "rag")  # the base model only: evaluated on th
 UNSEEN_WORLD_SEED = 101  # prepare.world.seed is 13 in the demo: a world none of the agents has seen
 ABLATIONS = ("flip_advantage", "shuffled_reward", "mask_retrieved_tokens_off", "no_rl")
 # what the bench adds to the profile: the gate on 32 training claims (the demo measures 16)
-BENCH_RECIPE = {"train": {"reasoning": {"gate_claims": 32}}}
+# and 60 eval claims per hop setting (the issue's minimum per seed; the demo evaluates 40)
+BENCH_RECIPE = {"train": {"reasoning": {"gate_claims": 32}}, "evaluate": {"per_hop": 60}}
 
 
 def seed_overrides(seed: int) -> dict:

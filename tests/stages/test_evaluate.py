@@ -153,6 +153,34 @@ def test_calibration_off_evaluates_no_dev_claims_and_leaves_an_empty_map_directo
     assert Calibrator_load(tiny_world).n == 6
 
 
+def test_calibration_fits_maps_only_for_the_named_checkpoints(tiny_world):
+    """evaluate.calibration.checkpoints: only those checkpoints run the dev claims and get a map (the
+    ones `factrl serve` reads); the others keep their raw confidence and their ECE before calibration."""
+    llm = ScriptedLLM()
+    two = [{"name": "HARIS (base)", "reason": "base", "search": "base"},
+           {"name": "HARIS (other)", "reason": "base", "search": "base"}]
+    common = {"per_hop": 2, "systems": ["haris"], "n_boot": 20, "trace_claims": 0, "retrieval_mode": "bm25",
+              "checkpoints": two}
+    _write_params(tiny_world / "params.yaml", common | {"calibration": {"dev_per_hop": 2}})
+    stage.main("params.yaml", llm_loader=lambda spec: llm)
+    calls_all = sum(llm.calls)
+    assert sorted(p.name for p in (tiny_world / "metrics" / "calibration").iterdir()) == [
+        "haris-base.json", "haris-other.json"]
+    llm.calls.clear()
+    _write_params(tiny_world / "params.yaml",
+                  common | {"calibration": {"dev_per_hop": 2, "checkpoints": ["HARIS (other)"]}})
+    stage.main("params.yaml", llm_loader=lambda spec: llm)
+    assert sum(llm.calls) < calls_all  # one checkpoint's dev runs fewer
+    assert [p.name for p in (tiny_world / "metrics" / "calibration").iterdir()] == ["haris-other.json"]
+    metrics = json.loads((tiny_world / "metrics" / "eval.json").read_text())
+    assert "ece_calibrated" in metrics["demo"]["2hop"]["HARIS (other)"]
+    assert "ece_calibrated" not in metrics["demo"]["2hop"]["HARIS (base)"]
+    assert "ece_raw" in metrics["demo"]["2hop"]["HARIS (base)"]
+    _write_params(tiny_world / "params.yaml", common | {"calibration": {"checkpoints": ["HARIS (served)"]}})
+    with pytest.raises(ConfigError, match=r"evaluate.calibration.checkpoints: \['HARIS \(served\)'\] are not among"):
+        stage.main("params.yaml", llm_loader=lambda spec: llm)
+
+
 def Calibrator_load(root):  # noqa: N802 - a small helper for the test above
     from factrl.eval.calibration import Calibrator
 

@@ -109,12 +109,16 @@ class CalibrationParams:
         checkpoint runs on them once, on top of the evaluation itself.
     out_of_corpus: out-of-corpus claims (NOT ENOUGH INFO) joining the dev claims (see
         :class:`OutOfCorpusParams`; none by default).
+    checkpoints: names of the ``evaluate.checkpoints`` that get a map (empty: every one). A map costs
+        its checkpoint a run over the dev claims, and only the served checkpoint's map is read by
+        ``factrl serve``; the others keep their raw confidence (ECE before calibration only).
     """
 
     method: str = names_from(_calibration_methods, "grounded")
     dev_set: str = "data/claims/dev.parquet"
     dev_per_hop: int = 10
     out_of_corpus: OutOfCorpusParams = field(default_factory=OutOfCorpusParams)
+    checkpoints: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:

@@ -149,6 +149,13 @@ def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
         stale.unlink()  # maps of checkpoints no longer evaluated, or of a run with calibration on
     if not cal.enabled:
         return {}, ["calibration: off (evaluate.calibration.method: none)"]
+    names = [name for name, _, _ in checkpoints]
+    unknown = sorted(set(cal.checkpoints) - set(names))
+    if unknown:
+        raise ConfigError(f"params.yaml: evaluate.calibration.checkpoints: {unknown} are not among "
+                         f"evaluate.checkpoints ({names})")
+    chosen = set(cal.checkpoints or names)
+    systems = [s for s in systems if s.name in chosen or s.name not in names]  # baselines fit no map anyway
     dev = load_dev_set(params, sets)
     models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
     outside = out_of_corpus_set(cal.out_of_corpus) if cal.out_of_corpus.enabled else None
