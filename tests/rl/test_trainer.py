@@ -332,6 +332,22 @@ def test_dynamic_sampling_keeps_only_mixed_groups_until_the_batch_is_full():
     assert plain.draws == 1 and len(plain.kept) == len(plain.trajectories) == 6
 
 
+def test_a_missing_redraw_rolls_out_only_the_groups_the_step_still_lacks():
+    """redraw: missing draws again only as many prompts as groups with signal are missing (full
+    draws prompts_per_step each time); the step still ends with prompts_per_step groups."""
+    prompts, rollout, reward, calls = _controlled([i % 4 != 0 for i in range(16)])  # 12 of 16 mixed
+    cfg = _cfg(group_size=2, prompts_per_step=4, dynamic_sampling=True, max_sampling_draws=10)
+    full = sample_step(cfg, prompts, rollout, reward, step=1)
+    lacking = 4 - sum(prompts[p]["mixed"] for p in calls[0])
+    assert lacking > 0 and full.draws > 1 and all(len(c) == 4 for c in calls)  # the seed gives a uniform group
+    calls.clear()
+    batch = sample_step(replace(cfg, redraw="missing"), prompts, rollout, reward, step=1)
+    assert len(calls[0]) == 4 and len(calls[1]) == lacking  # the first draw is the same, then the rest
+    assert len(batch.kept) == 4 * 2 and len({batch.group_ids[i] for i in batch.kept}) == 4
+    assert len(batch.group_ids) == len(batch.trajectories) == 2 * sum(len(c) for c in calls)
+    assert len(set(p for c in calls for p in c)) == sum(len(c) for c in calls)  # no prompt drawn twice
+
+
 def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_it_kept(tok, tiny, tmp_path):
     prompts, rollout, reward, calls = _controlled([i == 5 for i in range(8)])  # one mixed prompt
     cfg = _cfg(group_size=2, prompts_per_step=2, steps=1, dynamic_sampling=True, max_sampling_draws=4,

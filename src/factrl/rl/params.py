@@ -99,8 +99,13 @@ class GRPOParams:
         rewards are all equal (zero advantages: no signal) are dropped and more prompts are drawn
         until the step has ``prompts_per_step`` groups with signal or ``max_sampling_draws`` is
         reached; the step then trains on the groups kept (no update when none was).
-    max_sampling_draws: with dynamic sampling, at most this many draws of ``prompts_per_step``
-        prompts per step, the first included (verl's ``max_num_gen_batches``).
+    max_sampling_draws: with dynamic sampling, at most this many draws per step, the first included
+        (verl's ``max_num_gen_batches``).
+    redraw: how many prompts a later draw of dynamic sampling rolls out: ``full`` (``prompts_per_step``,
+        as DAPO and verl draw a whole generation batch) or ``missing`` (only as many as the step still
+        lacks groups with signal). A step whose first draw lost one all-equal group of 8 then rolls out
+        one more prompt, not eight: on the demo's round a full redraw doubled a step's rollout time
+        (89 -> 249 s, 2 AVX2 cores) to replace one group.
     balance_by: a prompt field (e.g. ``label``) whose values every draw holds in proportion (each
         value's prompts spread evenly over the epoch's order); empty = plain shuffled order. A step
         of claims that are all SUPPORTED pushes every group's advantage toward one verdict. On verl
@@ -152,6 +157,7 @@ class GRPOParams:
     seed: int = 0
     dynamic_sampling: bool = False
     max_sampling_draws: int = 4
+    redraw: Literal["full", "missing"] = "full"
     balance_by: str = ""
     chunked_logprobs: bool = True
     logprob_chunk: int = 256

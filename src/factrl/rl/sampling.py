@@ -138,7 +138,9 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
                 step: int) -> StepBatch:
     """Roll out and score one step's prompts; with ``cfg.dynamic_sampling``, draw again (up to
     ``cfg.max_sampling_draws`` draws) until ``prompts_per_step`` groups with signal are kept, as
-    DAPO does (verl ``algorithm.filter_groups``), and keep the first ``prompts_per_step`` of them."""
+    DAPO does (verl ``algorithm.filter_groups``), and keep the first ``prompts_per_step`` of them. A
+    later draw rolls out ``prompts_per_step`` prompts, or with ``cfg.redraw`` ``missing`` only as many
+    as groups are still missing."""
     g, per_step = cfg.group_size, cfg.prompts_per_step
     batch = StepBatch([], [], [], [], [], [], 0, 0.0, 0.0)
     drawn: set[int] = set()
@@ -147,7 +149,9 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
     while batch.draws < max_draws and len(batch.kept) < per_step * g:
         t0 = time.perf_counter()
         seed_everything(draw_seed(cfg.seed, step, batch.draws))
-        picked = draw_prompts(len(prompts), per_step, cfg.seed, step, batch.draws, drawn, strata)
+        missing = per_step - len(batch.kept) // g
+        size = missing if batch.draws and cfg.redraw == "missing" else per_step
+        picked = draw_prompts(len(prompts), size, cfg.seed, step, batch.draws, drawn, strata)
         drawn.update(picked)
         items = [prompts[i] for i in picked]
         trajectories = rollout_fn(items, g)
