@@ -162,12 +162,7 @@ def rule_counts(rows: list[dict], params) -> dict[str, int]:
     counts: Counter = Counter()
     for r in rows:
         decision = decide(r["verdict"], r["grounding"], r["confidence"], params)
-        for reason in decision.reasons:
-            rule = ("require_subject" if "subject" in reason else "min_answered_share" if "questions answered" in
-                    reason else "min_confidence" if "confidence" in reason else "min_read_share" if
-                    "passages read" in reason else "min_entity_share" if "entities" in reason else
-                    "min_content_share")
-            counts[rule] += 1
+        counts.update(decision.rules)
         counts["without_verdict"] += decision.abstained and r["verdict"] is None
     return dict(counts)
 

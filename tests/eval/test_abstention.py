@@ -42,5 +42,5 @@ def test_apply_abstention_decides_on_the_calibrated_confidence():
     preds = [{"verdict": R, "grounding": g, "raw_confidence": 0.99, "confidence": 0.4},
              {"verdict": R, "grounding": g.to_dict(), "raw_confidence": 0.99, "confidence": None},
              {"verdict": S, "grounding": None, "raw_confidence": None, "confidence": None}]
-    apply_abstention(preds, AbstainParams(min_confidence=0.5))
+    apply_abstention(preds, AbstainParams(min_confidence=0.5, min_read_share=0.0))  # no passages read here
     assert [(p["outcome"], p["abstained"]) for p in preds] == [(NEI, True), (R, False), (S, None)]

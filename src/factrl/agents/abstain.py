@@ -73,14 +73,18 @@ class AbstainParams:
     min_read_share: the share of the claim's named entities (0-1) that the passages the run's searches
         read mention (title or text), cited or not.
     min_confidence: the (calibrated, where a map exists) confidence a verdict needs (0-1).
+
+    The defaults are the combination bench/abstain.py chose on the demo's dev mix (the one params.yaml
+    holds; bench/results/abstain.json): the passages read must name half the claim's entities and a
+    quarter of the questions be answered; the subject and confidence rules are off.
     """
 
     enabled: bool = True
-    require_subject: bool = True
+    require_subject: bool = False
     min_entity_share: float = 0.0
     min_content_share: float = 0.5
-    min_answered_share: float = 0.5
-    min_read_share: float = 0.0
+    min_answered_share: float = 0.25
+    min_read_share: float = 0.5
     min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
@@ -190,7 +194,7 @@ class Grounding:
     citations: citations considered; bearing: how many mention a claim entity (or, for a claim
         without entities, share a content word with it).
     read_entity_share: share of ``entities`` some passage the run read mentions (None without entities,
-        or when the passages read were not recorded).
+        or when the passages read were not recorded); unread: the entities none of them mentions.
     """
 
     entities: tuple[str, ...]
@@ -203,6 +207,7 @@ class Grounding:
     citations: int
     bearing: int
     read_entity_share: float | None = None
+    unread: tuple[str, ...] = ()
 
     @property
     def answered_share(self) -> float:
@@ -244,7 +249,8 @@ def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequenc
         answered=sum(1 for q in questions if _bears_on_question(q, citations)),
         citations=len(citations), bearing=bearing,
         read_entity_share=(sum(1 for e in entities if any(mentions(e, t) for t in read)) / len(entities)
-                           if entities and read is not None else None))
+                           if entities and read is not None else None),
+        unread=tuple(e for e in entities if not any(mentions(e, t) for t in read)) if read is not None else ())
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,40 +261,50 @@ def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequenc
 @dataclass(frozen=True)
 class Decision:
     """The outcome of a run: ``verdict`` (the model's, or NOT ENOUGH INFO when ``abstained``),
-    ``model_verdict`` (what the model wrote), ``reasons`` (one line per failed rule)."""
+    ``model_verdict`` (what the model wrote), ``reasons`` (one line per failed rule) and ``rules`` (the
+    failed rules' param names, in the same order)."""
 
     verdict: str | None
     model_verdict: str | None
     abstained: bool
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    rules: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "model_verdict": self.model_verdict, "abstained": self.abstained,
-                "reasons": list(self.reasons)}
+                "reasons": list(self.reasons), "rules": list(self.rules)}
 
 
-def failed_rules(g: Grounding, confidence: float | None, params: AbstainParams) -> list[str]:
-    """One line per rule of ``params`` that the run (its grounding ``g`` and ``confidence``) fails."""
-    reasons = []
+def failed_rules(g: Grounding, confidence: float | None, params: AbstainParams) -> list[tuple[str, str]]:
+    """``(rule, reason)`` per rule of ``params`` that the run (its grounding ``g`` and ``confidence``)
+    fails: the rule's param name and one line saying why."""
+    failed = []
     if g.entities:
         if params.require_subject and not g.subject_cited:
-            reasons.append(f"no cited sentence mentions {g.subject!r}, the claim's subject")
+            failed.append(("require_subject", f"no cited sentence mentions {g.subject!r}, the claim's subject"))
         if g.entity_share is not None and g.entity_share < params.min_entity_share:
-            reasons.append(f"the citations mention {g.entity_share:.0%} of the claim's entities "
-                           f"(abstain.min_entity_share {params.min_entity_share:.0%})")
+            failed.append(("min_entity_share", f"the citations mention {g.entity_share:.0%} of the claim's entities "
+                                               f"(abstain.min_entity_share {params.min_entity_share:.0%})"))
         if params.min_read_share > 0 and (g.read_entity_share or 0.0) < params.min_read_share:
-            reasons.append(f"the passages read mention {g.read_entity_share or 0.0:.0%} of the claim's entities "
-                           f"(abstain.min_read_share {params.min_read_share:.0%})")
+            missing = f"; none names {', '.join(map(repr, g.unread))}" if g.unread else ""
+            failed.append(("min_read_share", f"the passages read mention {g.read_entity_share or 0.0:.0%} of the "
+                                             f"claim's entities{missing} (abstain.min_read_share "
+                                             f"{params.min_read_share:.0%})"))
     elif g.content_share < params.min_content_share:
-        reasons.append(f"the best citation holds {g.content_share:.0%} of the claim's content words "
-                       f"(abstain.min_content_share {params.min_content_share:.0%})")
+        failed.append(("min_content_share", f"the best citation holds {g.content_share:.0%} of the claim's content "
+                                            f"words (abstain.min_content_share {params.min_content_share:.0%})"))
     if g.answered_share < params.min_answered_share:
-        reasons.append(f"{g.answered} of {g.questions} questions answered from retrieved text "
-                       f"(abstain.min_answered_share {params.min_answered_share:.0%})")
+        failed.append(("min_answered_share", f"{g.answered} of {g.questions} questions answered from retrieved text "
+                                             f"(abstain.min_answered_share {params.min_answered_share:.0%})"))
     if params.min_confidence > 0 and (confidence is None or confidence < params.min_confidence):
         shown = "none" if confidence is None else f"{confidence:.2f}"
-        reasons.append(f"confidence {shown} below abstain.min_confidence {params.min_confidence:.2f}")
-    return reasons
+        failed.append(("min_confidence", f"confidence {shown} below abstain.min_confidence {params.min_confidence:.2f}"))
+    return failed
+
+
+def _decision(verdict: str | None, model_verdict: str | None, failed: list[tuple[str, str]]) -> Decision:
+    return Decision(NOT_ENOUGH_INFO if failed else verdict, model_verdict, bool(failed),
+                    tuple(reason for _, reason in failed), tuple(rule for rule, _ in failed))
 
 
 def decide(verdict: str | None, g: Grounding, confidence: float | None, params: AbstainParams) -> Decision:
@@ -302,10 +318,8 @@ def decide(verdict: str | None, g: Grounding, confidence: float | None, params: 
     if not params.enabled:
         return Decision(verdict, verdict, False)
     if verdict is None:
-        reasons = failed_rules(g, None, replace(params, min_confidence=0.0))
-        return Decision(NOT_ENOUGH_INFO if reasons else None, None, bool(reasons), tuple(reasons))
-    reasons = failed_rules(g, confidence, params)
-    return Decision(NOT_ENOUGH_INFO if reasons else verdict, verdict, bool(reasons), tuple(reasons))
+        return _decision(None, None, failed_rules(g, None, replace(params, min_confidence=0.0)))
+    return _decision(verdict, verdict, failed_rules(g, confidence, params))
 
 
 # --------------------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ class EvaluateParams:
     sets: tuple[EvalSetParams, ...] = (EvalSetParams(name="demo", path="data/claims/eval.parquet"),)
     real_sets: tuple[EvalSetParams, ...] = ()
     real: bool = False
-    per_hop: int = 60
+    per_hop: int = 40
     seed: int = 0
     systems: tuple[str, ...] = names_from(_system_names, ("haris", "single_agent", "rag", "decompose_verify"))
     checkpoints: tuple[CheckpointParams, ...] = (

@@ -76,7 +76,7 @@ class HarisVerifier:
             "model_verdict": run.verdict,
             "abstained": decision.abstained,
             # why a verdict became NOT ENOUGH INFO, and what the run searched for (the page shows both)
-            "abstention": {"reasons": list(decision.reasons), "searched": found.searched,
+            "abstention": {"reasons": list(decision.reasons), "failed_rules": list(decision.rules), "searched": found.searched,
                            "grounding": ground.to_dict(), "rules": self.abstain.rules()},
             "raw_confidence": raw,
             "citations": [c.to_dict() for c in found.citations],
