@@ -19,6 +19,7 @@ from factrl.agents.abstain import (
 from factrl.config import ConfigError
 from factrl.verdicts import NOT_ENOUGH_INFO, REFUTES, SUPPORTS
 
+
 def rules(**changes) -> AbstainParams:
     """The rules these tests were written against (the subject rule and half the questions answered,
     nothing on the passages read), with ``changes``; the shipped defaults are bench/abstain.py's choice."""

@@ -8,11 +8,32 @@ turns the difference into the flat ``engine_<label>_*`` metrics of the step's ro
 
 from __future__ import annotations
 
+import itertools
 import re
 import weakref
+from collections.abc import Iterator
+
+
+class EngineRegistry:
+    """The engines alive in this process, held weakly (a released engine leaves on its own), iterated
+    in the order they registered: the order never depends on memory addresses."""
+
+    def __init__(self) -> None:
+        self._serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._next = itertools.count()
+
+    def add(self, engine) -> None:
+        self._serials.setdefault(engine, next(self._next))
+
+    def __iter__(self) -> Iterator:
+        return iter([e for e, _ in sorted(list(self._serials.items()), key=lambda item: item[1])])
+
+    def __len__(self) -> int:
+        return len(self._serials)
+
 
 # Every engine alive in this process.
-ENGINES: weakref.WeakSet = weakref.WeakSet()
+ENGINES = EngineRegistry()
 
 # The counters an engine keeps (``LocalLLM.stats``): prompt tokens given vs. tokens the model ran
 # over to admit them (after the prefix cache), decode steps and the rows they decoded, speculative
@@ -27,33 +48,42 @@ def new_counters() -> dict[str, float]:
     return {c: 0.0 if c == "seconds" else 0 for c in COUNTERS}
 
 
-def engine_counters() -> dict[str, dict[str, float]]:
-    """A snapshot of every live engine's cumulative counters, by a short label (the last component
-    of its ``model_name``, non-alphanumerics as ``_``; a repeated label gets ``_2``...)."""
-    out: dict[str, dict[str, float]] = {}
-    for engine in sorted(ENGINES, key=id):
-        label = re.sub(r"[^A-Za-z0-9]+", "_", str(engine.model_name).rstrip("/").rsplit("/", 1)[-1]).strip("_")
-        label = label or "engine"
-        k, unique = 2, label
-        while unique in out:
-            unique, k = f"{label}_{k}", k + 1
-        out[unique] = {c: float(engine.stats.get(c, 0)) for c in COUNTERS}
-    return out
+def _label(engine) -> str:
+    """The last component of an engine's ``model_name``, non-alphanumerics as ``_``."""
+    label = re.sub(r"[^A-Za-z0-9]+", "_", str(engine.model_name).rstrip("/").rsplit("/", 1)[-1]).strip("_")
+    return label or "engine"
 
 
-def engine_step_metrics(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
+def engine_counters() -> dict[int, tuple[str, dict[str, float]]]:
+    """A snapshot of every live engine's cumulative counters: ``id(engine) -> (label, counters)``."""
+    return {id(e): (_label(e), {c: float(e.stats.get(c, 0)) for c in COUNTERS}) for e in list(ENGINES)}
+
+
+def engine_step_metrics(before: dict[int, tuple[str, dict[str, float]]],
+                        after: dict[int, tuple[str, dict[str, float]]]) -> dict[str, float]:
     """What each engine computed between two :func:`engine_counters` snapshots, as flat metrics
     ``engine_<label>_<name>``: ``prefill_tokens`` (tokens the model ran over to admit prompts, after
     the prefix cache), ``decode_tokens`` (tokens emitted), ``mean_batch`` (rows per decode step),
     ``memo_hits`` (greedy requests answered by an identical one), ``time`` (seconds inside its
-    steps) and ``decode_tokens_per_s``. Engines that did nothing are left out."""
+    steps) and ``decode_tokens_per_s``. Engines that did nothing are left out, and only the engines
+    that did something share out the labels (a repeated one gets ``_2``, ``_3``... in order of
+    creation): an idle engine still alive, say one another run left for the garbage collector, never
+    renames this run's metrics."""
+    zero = dict.fromkeys(COUNTERS, 0.0)
+    active = []
+    for key, (label, now) in after.items():
+        then_label, then = before.get(key, (label, zero))
+        d = {c: now[c] - (then[c] if then_label == label else 0.0) for c in COUNTERS}
+        if d["decode_steps"] or d["prefilled_tokens"] or d["memo_hits"]:
+            active.append((label, d))
     out: dict[str, float] = {}
-    for label, now in after.items():
-        then = before.get(label, dict.fromkeys(COUNTERS, 0.0))
-        d = {c: now[c] - then[c] for c in COUNTERS}
-        if d["decode_steps"] == 0 and d["prefilled_tokens"] == 0 and d["memo_hits"] == 0:
-            continue
-        key = f"engine_{label}_"
+    taken: set[str] = set()
+    for label, d in active:  # in the order the engines registered (EngineRegistry)
+        k, unique = 2, label
+        while unique in taken:
+            unique, k = f"{label}_{k}", k + 1
+        taken.add(unique)
+        key = f"engine_{unique}_"
         out.update({key + "prefill_tokens": d["prefilled_tokens"], key + "decode_tokens": d["decoded_tokens"],
                     key + "mean_batch": d["decoded_rows"] / max(d["decode_steps"], 1.0),
                     key + "memo_hits": d["memo_hits"], key + "time": d["seconds"],
