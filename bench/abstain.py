@@ -45,7 +45,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench._measured import ROOT, Measurement
+from bench._measured import ROOT, Measurement, git_state
 
 RESULTS = ROOT / "bench/results/abstain.json"
 BEFORE_METHOD = "temperature"  # the map evaluate fitted until issue 49: raw score only, in-corpus dev claims
@@ -229,6 +229,7 @@ def run(args: argparse.Namespace, llm_loader=None) -> dict:
                        "trained": args.checkpoint not in ("base",)},
         "smoke": args.smoke,
         "workspace": str(workspace),
+        "workspace_commit": git_state(workspace)["commit"],  # the code that trained the pair
         "in_corpus": {k: metrics["in_corpus"][k] for k in ("coverage", "accuracy_answered", "accuracy_all")}
         | {"n": metrics["in_corpus"]["n"], "per_hop": args.per_hop},
         "out_of_corpus": {"nei_rate": metrics["out_of_corpus"]["nei_rate"], "n": metrics["out_of_corpus"]["n"],
