@@ -71,8 +71,8 @@ def engine_step_metrics(before: dict[int, tuple[str, dict[str, float]]],
     renames this run's metrics."""
     zero = dict.fromkeys(COUNTERS, 0.0)
     active = []
-    for key, (label, now) in after.items():
-        then_label, then = before.get(key, (label, zero))
+    for engine_id, (label, now) in after.items():
+        then_label, then = before.get(engine_id, (label, zero))
         d = {c: now[c] - (then[c] if then_label == label else 0.0) for c in COUNTERS}
         if d["decode_steps"] or d["prefilled_tokens"] or d["memo_hits"]:
             active.append((label, d))
