@@ -235,6 +235,8 @@ def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequenc
     entities = tuple(named_entities(claim))
     texts = [c.text for c in citations]
     found = [e for e in entities if any(mentions(e, t) for t in texts)]
+    # each entity is looked for in the passages read once: the share and the names come from one pass
+    unread = tuple(e for e in entities if not any(mentions(e, t) for t in read)) if read is not None else ()
     want = content_words(claim)
     content_share = max((len(want & content_words(t)) / len(want) for t in texts), default=0.0) if want else 0.0
     if entities:
@@ -248,9 +250,8 @@ def grounding(claim: str, citations: Sequence[CitedSentence], questions: Sequenc
         content_share=content_share, questions=len(questions),
         answered=sum(1 for q in questions if _bears_on_question(q, citations)),
         citations=len(citations), bearing=bearing,
-        read_entity_share=(sum(1 for e in entities if any(mentions(e, t) for t in read)) / len(entities)
-                           if entities and read is not None else None),
-        unread=tuple(e for e in entities if not any(mentions(e, t) for t in read)) if read is not None else ())
+        read_entity_share=((len(entities) - len(unread)) / len(entities) if entities and read is not None else None),
+        unread=unread)
 
 
 # --------------------------------------------------------------------------------------------
