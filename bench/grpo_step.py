@@ -11,11 +11,13 @@ measures exactly what a run logs.
 Configurations, each in a child process of its own (its peak RSS is its own), same seed, same
 weights, same commit: ``baseline`` (every lever off: the code path before issue 48), ``optimized``
 (every lever on: the defaults), and for each lever, ``optimized`` with that lever alone off
-(``levers[name].step_s``). The levers: ``chunked_logprobs`` and ``group_by_length``
-(``GRPOParams``), ``free_caches`` (the policy engine's prefix cache dropped before the update),
+(``levers[name].step_s``). The levers: ``chunked_logprobs``, ``group_by_length`` and
+``shared_prefix`` (``GRPOParams``), ``free_caches`` (the policy engine's prefix cache dropped before the update),
 ``memoize_search`` (``LocalLLM.memoize_greedy`` on the frozen search agent's engine). Medians are
 over the steps after the first (which warms allocators and kernels). ``same_rollouts``: whether the
-first step drew identical rewards in every configuration (every lever here is exact).
+first step drew identical rewards in every configuration (every lever here is exact). ``approximate``:
+the optimized step with LoRA adapters (``--lora-rank``, ``GRPOParams.lora_rank``), timed only: LoRA
+changes what is learned, which the learning benchmarks ablate.
 
 Reward: by default a checksum of the response's token ids (``--reward checksum``), so every group mixes
 and the update runs in full: base SmolLM2 earns no verdict reward at temperature 1, which would leave
@@ -57,7 +59,7 @@ import torch
 
 RESULTS = Path(__file__).parent / "results" / "grpo_step.json"
 ROOT = Path(__file__).resolve().parents[1]
-LEVERS = ("chunked_logprobs", "group_by_length", "free_caches", "memoize_search")
+LEVERS = ("chunked_logprobs", "group_by_length", "shared_prefix", "free_caches", "memoize_search")
 NUM_CLAIMS = 64
 
 
@@ -189,8 +191,9 @@ def run_config(args, levers: dict[str, bool]) -> dict:
     device = resolve_device(args.device)
     p = reasoning_params(args.profile)
     p = replace(p, steps=args.steps + 1, checkpoint_every=10**6, device=str(device))
-    cfg = replace(grpo_params(p), chunked_logprobs=levers["chunked_logprobs"],
-                  group_by_length=levers["group_by_length"], free_caches=levers["free_caches"])
+    cfg = replace(grpo_params(p), chunked_logprobs=levers["chunked_logprobs"], group_by_length=levers["group_by_length"],
+                  shared_prefix=levers["shared_prefix"], free_caches=levers["free_caches"],
+                  lora_rank=int(levers.get("lora_rank", 0)))
     trained: list[int] = []
 
     class CountingTrainer(GRPOTrainer):
@@ -278,6 +281,8 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="tiny random Llamas from a config (a bare CUDA machine)")
     ap.add_argument("--reward", choices=["checksum", "profile"], default="checksum",
                     help="checksum: every group mixes (base models earn no verdict reward); profile: the stage's reward")
+    ap.add_argument("--lora-rank", type=int, default=16,
+                    help="also time the optimized step with LoRA adapters of this rank (0: skip)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -303,6 +308,12 @@ def main() -> None:
                             "update_s": off["update_s"], "rollout_s": off["rollout_s"], "peak_rss_gb": off["peak_rss_gb"],
                             "steps_timed": off["steps_timed"], "reward_means": off["reward_means"],
                             "meaning": "optimized with this lever alone off"}
+    approximate = {}
+    if args.lora_rank > 0:  # not exact (a rank-r subspace): timed here, ablated on reward curves elsewhere
+        lora = summarize(child(args, {**all_on, "lora_rank": args.lora_rank}))
+        approximate["lora"] = {"rank": args.lora_rank, "meaning": "optimized with LoRA adapters instead of full weights",
+                               **{k: lora[k] for k in ("step_s", "rollout_s", "update_s", "s_per_trained_trajectory",
+                                                       "update_tokens_per_s", "peak_rss_gb", "reward_means")}}
     device = resolve_device(args.device)
     gflops = matmul_gflops(opt["hidden_size"], opt["bf16"], device)
     firsts = [baseline["reward_means"][0], optimized["reward_means"][0]] + [v["reward_means"][0] for v in levers.values()]
@@ -315,6 +326,7 @@ def main() -> None:
         "ratio_s_per_trajectory": ratio,
         "ratio_step_s": optimized["step_s"] / baseline["step_s"] if baseline["step_s"] else None,
         "levers": levers,
+        "approximate": approximate,
         "matmul_gflops": gflops,
         "update_tokens_per_s_at_matmul_rate": ceiling,
         "update_vs_matmul": optimized["update_tokens_per_s"] / ceiling,

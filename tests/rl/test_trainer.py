@@ -20,7 +20,15 @@ from factrl.rl.losses import logprobs_from_logits
 from factrl.rl.params import GRPOParams
 from factrl.rl.sampling import draw_prompts, part_rates, prompt_strata, sample_step, step_prompts
 from factrl.rl.step_log import StepLog, read_history
-from factrl.rl.trainer import GRPOTrainer, checkpoints, collate, response_logits, train
+from factrl.rl.trainer import (
+    GRPOTrainer,
+    checkpoints,
+    collate,
+    collate_shared,
+    response_hidden,
+    response_logits,
+    train,
+)
 from tests.rl.tiny import (
     CURVES_DIR,
     DYNAMIC_CFG,
@@ -79,9 +87,10 @@ def _weighted_logp(model, tok, trajs, rewards, groups) -> float:
 @pytest.mark.parametrize("chunked", [False, True])
 def test_masked_tokens_get_zero_gradient(tok, tiny, chunked):
     """The gradient reaches the head's input (plain path: the logits; chunked: the final hidden
-    states, which it projects itself) at every trained position and nowhere else."""
+    states, which it projects itself) at every trained position and nowhere else (the left-padded
+    layout, one pass over every row; the shared-prefix layout equals it row by row, tested below)."""
     trajs, rewards, groups = _batch(tok)
-    trainer = GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, group_by_length=False))
+    trainer = GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, group_by_length=False, shared_prefix=False))
     captured = []
     t = max(len(tr.response_ids) for tr in trajs)
 
@@ -486,8 +495,8 @@ def test_after_rollouts_runs_between_each_steps_rollouts_and_its_update(tmp_path
 
 # ---- the step's cost levers (issue 48): each changes no result beyond rounding ------------------
 
-LEVERS_OFF = {"chunked_logprobs": False, "group_by_length": False}
-LEVERS_ON = {"chunked_logprobs": True, "group_by_length": True}
+LEVERS_OFF = {"chunked_logprobs": False, "group_by_length": False, "shared_prefix": False}
+LEVERS_ON = {"chunked_logprobs": True, "group_by_length": True, "shared_prefix": True}
 
 
 def _chat_batch(tok):
@@ -522,8 +531,9 @@ def _step_with_grads(tok, levers: dict, precision: str = "fp32"):
 
 
 def test_update_levers_give_the_plain_paths_loss_and_gradients(tok):
-    """Chunked log-probs at loss positions only and length-grouped micro-batches: the same loss,
-    KL, entropy and gradients as the plain path, to fp32 rounding (real SmolLM2 tokenization)."""
+    """Chunked log-probs at loss positions only, length-grouped micro-batches and each prompt forwarded
+    once for its group: the same loss, KL, entropy and gradients as the plain path, to fp32 rounding
+    (real SmolLM2 tokenization)."""
     plain, g_plain = _step_with_grads(tok, LEVERS_OFF)
     fast, g_fast = _step_with_grads(tok, LEVERS_ON)
     assert plain["kl"] > 0 and plain["grad_norm"] > 0
@@ -531,7 +541,9 @@ def test_update_levers_give_the_plain_paths_loss_and_gradients(tok):
         assert fast[k] == pytest.approx(plain[k], rel=1e-5, abs=1e-7), k
     for i in g_plain:
         torch.testing.assert_close(g_fast[i], g_plain[i], rtol=0, atol=3e-5 * g_plain[i].abs().max().item())
-    assert fast["update_pad_share"] < plain["update_pad_share"]  # grouping by length padded less
+    assert fast["update_tokens"] < plain["update_tokens"]  # each prompt ran once per micro-batch
+    by_length, _ = _step_with_grads(tok, LEVERS_OFF | {"group_by_length": True})
+    assert by_length["update_pad_share"] < plain["update_pad_share"]  # grouping by length padded less
 
 
 def test_update_levers_in_bf16_stay_within_bf16_rounding(tok):
@@ -546,11 +558,56 @@ def test_update_levers_in_bf16_stay_within_bf16_rounding(tok):
         assert (g_fast[i] - g_plain[i]).norm() <= 2e-2 * g_plain[i].norm(), i
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_shared_prefix_equals_the_plain_layout_row_by_row(tok, chunked):
+    """One prompt forwarded once, four responses of different lengths on its key/values: each row's
+    log-probs and the gradient of their advantage-weighted sum equal the left-padded layout's (fp32),
+    through the chunked path (hidden states) and the full-logits path (the head on them)."""
+    trajs, _, _ = _chat_batch(tok)
+    group = trajs[2:4] + [Traj(trajs[2].prompt_ids, [7], [1]), Traj(trajs[2].prompt_ids, [8, 9, 10], [1, 0, 1])]
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    results = []
+    for build in (collate, collate_shared):
+        model = tiny_model(tok, seed=5)
+        mb = build(group, adv, tok.pad_token_id)
+        if chunked:
+            hidden = response_hidden(model, mb)
+            logp = logprobs_from_logits(hidden @ model.get_output_embeddings().weight.T, mb.responses)
+        else:
+            logp = logprobs_from_logits(response_logits(model, mb, 0.7), mb.responses)
+        (-(logp * mb.advantages * mb.mask).sum()).backward()
+        results.append((logp.detach() * mb.mask, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (plain, g_plain), (shared, g_shared) = results
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
+    for name, g in g_plain.items():
+        torch.testing.assert_close(g_shared[name], g, rtol=0, atol=1e-5 * g.abs().max().item() + 1e-9, msg=name)
+
+
+def test_shared_prefix_batches_hold_one_prompt_and_forward_it_once(tok, tiny):
+    """Six rollouts of three prompts in micro-batches of 4: three micro-batches (a prompt never spans
+    two), and the update forwards each prompt once per micro-batch."""
+    trajs, rewards, groups = _chat_batch(tok)
+    on = GRPOTrainer(tiny, tok, _cfg(kl_coef=0.0, micro_batch_size=4, shared_prefix=True)).step(trajs, rewards, groups)
+    off = GRPOTrainer(tiny_model(tok), tok, _cfg(kl_coef=0.0, micro_batch_size=4, shared_prefix=False)).step(
+        trajs, rewards, groups)
+    assert on["micro_batches"] == 3 and off["micro_batches"] == 2
+    # per prompt: the prompt once, then each response but its last token, padded to the longest
+    once = sum(len(a.prompt_ids) + 2 * (max(len(a.response_ids), len(b.response_ids)) - 1)
+               for a, b in zip(trajs[::2], trajs[1::2]))
+    assert on["update_tokens"] == once < off["update_tokens"]
+
+
+def test_a_shared_batch_needs_one_prompt(tok):
+    trajs, _, _ = _chat_batch(tok)
+    with pytest.raises(ValueError, match="trajectory 2: its prompt differs"):
+        collate_shared(trajs[:3], torch.zeros(3), tok.pad_token_id)
+
+
 def test_kl_coef_zero_builds_and_runs_no_reference(tok, tiny):
     """``kl_coef: 0``: no reference model exists, and a one-update step forwards the policy once
     per micro-batch (no reference pass, no separate old-log-prob pass)."""
     trajs, rewards, groups = _batch(tok)
-    trainer = GRPOTrainer(tiny, tok, _cfg(kl_coef=0.0, micro_batch_size=2))
+    trainer = GRPOTrainer(tiny, tok, _cfg(kl_coef=0.0, micro_batch_size=2, shared_prefix=False))
     assert trainer.ref_model is None and trainer.memory()["reference"] == 0
     calls = []
     tiny.model.register_forward_hook(lambda *a: calls.append(1))
@@ -589,13 +646,13 @@ def test_chunked_logprobs_never_compute_the_full_logits(tok, tiny):
     """With ``chunked_logprobs`` the model's own head never runs in the update (its ``[b, T, V]``
     output is what the lever avoids); without it, it runs once per micro-batch pass."""
     trajs, rewards, groups = _batch(tok)
-    for chunked, expected in ((True, 0), (False, 2)):  # plain: the policy and the reference pass
+    for chunked, passes in ((True, 0), (False, 2)):  # plain: the policy and the reference pass
         trainer = GRPOTrainer(tiny, tok, _cfg(chunked_logprobs=chunked, kl_coef=0.01))
         heads = {id(tiny.lm_head), id(trainer.ref_model.lm_head)}
         calls = []
         # a global hook: a hook on the head itself would (rightly) make plain_head refuse the shortcut
         handle = torch.nn.modules.module.register_module_forward_hook(
             lambda module, *a: calls.append(1) if id(module) in heads else None)
-        trainer.step(trajs, rewards, groups)
+        metrics = trainer.step(trajs, rewards, groups)
         handle.remove()
-        assert len(calls) == expected, chunked
+        assert len(calls) == passes * metrics["micro_batches"], chunked

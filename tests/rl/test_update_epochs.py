@@ -44,7 +44,7 @@ def test_second_epoch_is_clipped_against_the_sampling_policy(tok, monkeypatch):
 
     monkeypatch.setattr(trainer_module, "policy_loss", recording)
     cfg = GRPOParams(group_size=2, prompts_per_step=2, lr=0.05, ppo_epochs=3, micro_batch_size=4, kl_coef=0.0,
-                     precision="fp32", max_grad_norm=0.0, tis_cap=0.0, warmup_steps=0)
+                     precision="fp32", max_grad_norm=0.0, tis_cap=0.0, warmup_steps=0, shared_prefix=False)
     trainer = GRPOTrainer(tiny_model(tok), tok, cfg)
     trajs = [Traj([5, 6, 7], [11, 12, 13, 14], [1, 1, 0, 1]), Traj([5, 6, 7], [21, 22, 23], [1, 1, 1]),
              Traj([8, 9], [31, 32], [1, 1]), Traj([8, 9], [41, 42, 43], [1, 0, 1])]

@@ -123,6 +123,16 @@ def test_cluster_settings_reach_verl(tmp_path):
     assert cfg.trainer.val_before_train is True  # extra overrides come last
 
 
+def test_lora_settings_reach_verls_model_config(tmp_path):
+    import dataclasses
+
+    reasoning = dataclasses.replace(TrainParams().reasoning, lora_rank=16, lora_alpha=32, lora_targets="q_proj, v_proj")
+    model = verl_backend.compose(plan_for("reason", TrainParams(reasoning=reasoning), tmp_path).overrides).actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, list(model.target_modules)) == (16, 32, ["q_proj", "v_proj"])
+    off = verl_backend.compose(plan_for("search", TrainParams(), tmp_path).overrides).actor_rollout_ref.model
+    assert (off.lora_rank, off.target_modules) == (0, "all-linear")
+
+
 def test_local_trainer_settings_without_a_verl_twin(tmp_path):
     """tis_cap 0 turns verl's rollout correction off too; require_question reaches the reward;
     dynamic sampling, which verl 0.9's main_ppo would silently ignore, is refused."""

@@ -121,6 +121,18 @@ class GRPOParams:
     group_by_length: order each mini-batch's trajectories by length before cutting it into
         micro-batches, so a micro-batch pads to about its own rows' length (the update's sum is the
         same; only its order of summation changes).
+    shared_prefix: forward a group's common prompt once per micro-batch and run its rollouts on the
+        prompt's key/values (verl's ``use_prefix_grouper``, arXiv 2506.05433) instead of once per
+        rollout; a micro-batch then holds the rollouts of one prompt (up to ``micro_batch_size``).
+        Same loss and gradients within fp32 rounding; saves ``(G - 1) / G`` of the prompt's share of
+        the update's forward and backward.
+    lora_rank: train LoRA adapters of this rank instead of every weight (0 = full fine-tuning;
+        :mod:`factrl.rl.lora`, through peft; on verl ``actor_rollout_ref.model.lora_rank``): no weight
+        gradients or AdamW moments for the targeted matrices, and the KL reference is the policy with
+        its adapters off instead of a copy. Not exact: it learns in a rank-``r`` subspace (ablate it).
+    lora_alpha: LoRA's scaling numerator (the update is ``alpha / rank * B @ A``; verl's default 16).
+    lora_targets: the layers that get adapters: ``all-linear`` (every linear layer but the output
+        head) or comma-separated module names (``q_proj,v_proj``).
     free_caches: before each update, drop the policy engine's prefix cache along with its key/value
         slots (``LocalLLM.release``): the update changes the weights, after which the cache is
         cleared anyway, so keeping it through the update only holds its memory (up to 2 GiB).
@@ -162,6 +174,10 @@ class GRPOParams:
     chunked_logprobs: bool = True
     logprob_chunk: int = 256
     group_by_length: bool = True
+    shared_prefix: bool = True
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    lora_targets: str = "all-linear"
     free_caches: bool = True
 
 

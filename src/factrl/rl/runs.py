@@ -27,6 +27,7 @@ import numpy as np
 
 from factrl.io import model_digest
 from factrl.rl.defects import plant
+from factrl.rl.lora import plain_state_dict
 from factrl.rl.params import AgentTrainParams, GRPOParams
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -86,7 +87,7 @@ def save_model(model, tokenizer, target: Path, info: dict) -> None:
     target = Path(target)
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=plain_state_dict(model))  # LoRA adapters merged in: a plain model
     tokenizer.save_pretrained(tmp)
     (tmp / "factrl_train.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(target, ignore_errors=True)

@@ -44,6 +44,7 @@ from factrl.llm.engine_stats import engine_counters, engine_step_metrics
 from factrl.rl.advantages import grpo_advantages, token_advantages
 from factrl.rl.correction import add_sums, gap_metrics, gap_sums, tis_weights
 from factrl.rl.kl import kl_penalty
+from factrl.rl.lora import adapter_state, adapters_off, add_adapters, load_adapter_state, plain_state_dict
 from factrl.rl.losses import (
     agg_loss,
     entropy_from_logits,
@@ -82,6 +83,11 @@ class MicroBatch:
     engine_logp: ``[b, T]`` the rollout engine's log-probs of the response tokens, and engine_mask
     ``[b, T]`` 1 where one is known and the token is trained (None when no trajectory has them).
     is_weights: ``[b, T]`` truncated importance weights once computed (no grad).
+
+    Shared layout (``prefix_ids`` set, :func:`collate_shared`): the rows share their prompt, which is
+    forwarded once, ``prefix_ids`` ``[1, P]``; then input_ids / position_ids ``[b, T - 1]`` are the
+    responses without their last token (the suffix forwarded on the prefix's key/values) and
+    attention_mask ``[b, P + T - 1]``.
     """
 
     input_ids: torch.Tensor
@@ -95,15 +101,17 @@ class MicroBatch:
     engine_logp: torch.Tensor | None = None
     engine_mask: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
+    prefix_ids: torch.Tensor | None = None
+
+    def forwarded_tokens(self) -> tuple[int, int]:
+        """(positions a forward pass runs over, padding included; of them, real tokens)."""
+        if self.prefix_ids is None:
+            return self.input_ids.numel(), int(self.attention_mask.sum())
+        p = self.prefix_ids.shape[1]
+        return p + self.input_ids.numel(), p + int(self.attention_mask[:, p:].sum())
 
 
-def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int,
-            device: torch.device | str = "cpu") -> MicroBatch:
-    """Pad ``b`` trajectories into one :class:`MicroBatch` on ``device``; ``advantages`` is ``[b]``.
-
-    Left-padding the prompts puts every response at the same columns, so the logits of all
-    response tokens are the last ``T + 1`` positions (the lm_head runs only there).
-    """
+def _check_trajectories(trajectories: Sequence[TrajectoryLike]) -> None:
     for i, t in enumerate(trajectories):
         if len(t.loss_mask) != len(t.response_ids):
             raise ValueError(
@@ -115,17 +123,15 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
         if logprobs is not None and len(logprobs) != len(t.response_ids):
             raise ValueError(f"trajectory {i}: response_logprobs has {len(logprobs)} entries for "
                              f"{len(t.response_ids)} response ids")
-    p = max(len(t.prompt_ids) for t in trajectories)
-    r = max(1, max(len(t.response_ids) for t in trajectories))  # one column even if all are empty
-    ids, attn, resp, mask = [], [], [], []
-    for t in trajectories:
-        lp, lr = len(t.prompt_ids), len(t.response_ids)
-        ids.append([pad_id] * (p - lp) + list(t.prompt_ids) + list(t.response_ids) + [pad_id] * (r - lr))
-        attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
-        resp.append(list(t.response_ids) + [pad_id] * (r - lr))
-        mask.append([int(m) for m in t.loss_mask] + [0] * (r - lr))
-    attention_mask = torch.tensor(attn, device=device)
-    mask_t = torch.tensor(mask, dtype=torch.float32, device=device)
+
+
+def _response_tensors(trajectories: Sequence[TrajectoryLike], r: int, pad_id: int, device
+                      ) -> tuple[list[list[int]], torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The responses right-padded to ``r`` (lists), their loss mask ``[b, r]`` and, where the
+    trajectories carry them, the engine's log-probs and where they are known ``[b, r]``."""
+    resp = [list(t.response_ids) + [pad_id] * (r - len(t.response_ids)) for t in trajectories]
+    mask_t = torch.tensor([[int(m) for m in t.loss_mask] + [0] * (r - len(t.response_ids)) for t in trajectories],
+                          dtype=torch.float32, device=device)
     engine_logp = engine_mask = None
     logprobs = [getattr(t, "response_logprobs", None) for t in trajectories]
     if any(lp is not None for lp in logprobs):
@@ -133,6 +139,23 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
                                    dtype=torch.float32, device=device)
         known = torch.tensor([[lp is not None] for lp in logprobs], dtype=torch.float32, device=device)
         engine_mask = mask_t * known
+    return resp, mask_t, engine_logp, engine_mask
+
+
+def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int,
+            device: torch.device | str = "cpu") -> MicroBatch:
+    """Pad ``b`` trajectories into one :class:`MicroBatch` on ``device``; ``advantages`` is ``[b]``.
+
+    Left-padding the prompts puts every response at the same columns, so the logits of all
+    response tokens are the last ``T + 1`` positions (the lm_head runs only there).
+    """
+    _check_trajectories(trajectories)
+    p = max(len(t.prompt_ids) for t in trajectories)
+    r = max(1, max(len(t.response_ids) for t in trajectories))  # one column even if all are empty
+    resp, mask_t, engine_logp, engine_mask = _response_tensors(trajectories, r, pad_id, device)
+    ids = [[pad_id] * (p - len(t.prompt_ids)) + list(t.prompt_ids) + row for t, row in zip(trajectories, resp)]
+    attention_mask = torch.tensor([[0] * (p - len(t.prompt_ids)) + [1] * (len(t.prompt_ids) + len(t.response_ids))
+                                   + [0] * (r - len(t.response_ids)) for t in trajectories], device=device)
     return MicroBatch(
         input_ids=torch.tensor(ids, device=device),
         attention_mask=attention_mask,
@@ -146,25 +169,71 @@ def collate(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pa
     )
 
 
+def collate_shared(trajectories: Sequence[TrajectoryLike], advantages: torch.Tensor, pad_id: int,
+                   device: torch.device | str = "cpu") -> MicroBatch:
+    """Pad ``b`` trajectories that share one prompt into a :class:`MicroBatch` of the shared layout:
+    the prompt forwarded once (``prefix_ids``), each response after it; ``advantages`` is ``[b]``.
+    The same positions, tokens and masks as :func:`collate`, so the same log-probs to rounding."""
+    _check_trajectories(trajectories)
+    prompt = list(trajectories[0].prompt_ids)
+    for i, t in enumerate(trajectories):
+        if list(t.prompt_ids) != prompt:
+            raise ValueError(f"trajectory {i}: its prompt differs from trajectory 0's (collate_shared needs one prompt)")
+    p = len(prompt)
+    r = max(1, max(len(t.response_ids) for t in trajectories))
+    resp, mask_t, engine_logp, engine_mask = _response_tensors(trajectories, r, pad_id, device)
+    # the last response token predicts nothing: the suffix is the first r - 1 columns
+    real = [min(len(t.response_ids), r - 1) for t in trajectories]
+    attention_mask = torch.tensor([[1] * (p + n) + [0] * (r - 1 - n) for n in real], device=device)
+    return MicroBatch(
+        input_ids=torch.tensor([row[: r - 1] for row in resp], dtype=torch.long, device=device).reshape(len(resp), r - 1),
+        attention_mask=attention_mask,
+        position_ids=torch.arange(p, p + r - 1, device=device).expand(len(resp), r - 1),
+        responses=torch.tensor(resp, device=device),
+        mask=mask_t,
+        advantages=token_advantages(advantages.float().to(device), mask_t),
+        engine_logp=engine_logp,
+        engine_mask=engine_mask,
+        prefix_ids=torch.tensor([prompt], device=device),
+    )
+
+
 def response_logits(model, mb: MicroBatch, temperature: float) -> torch.Tensor:
     """Logits ``[b, T, V]`` predicting each response token, divided by the sampling temperature."""
-    t = mb.responses.shape[1]
-    out = model(
-        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-        use_cache=False, logits_to_keep=t + 1,
-    )
-    logits = out.logits[:, :-1, :]
+    if mb.prefix_ids is not None:  # the head on the shared layout's hidden states (exact: see shares_prefix)
+        logits = model.get_output_embeddings()(response_hidden(model, mb))
+    else:
+        t = mb.responses.shape[1]
+        out = model(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+            use_cache=False, logits_to_keep=t + 1,
+        )
+        logits = out.logits[:, :-1, :]
     return logits / temperature if temperature != 1.0 else logits
 
 
 def response_hidden(model, mb: MicroBatch) -> torch.Tensor:
     """The final hidden states ``[b, T, H]`` that predict each response token (the output head's
-    input): the causal LM's decoder alone, so no logits are computed."""
+    input): the causal LM's decoder alone, so no logits are computed. In the shared layout the
+    prompt runs once; its key/values (with their autograd history, so the prompt's positions get
+    every row's gradient) are repeated for the rows, which run on top of them."""
     t = mb.responses.shape[1]
-    out = model.get_decoder()(
-        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False,
-    )
-    return out.last_hidden_state[:, -(t + 1) : -1, :]
+    decoder = model.get_decoder()
+    if mb.prefix_ids is None:
+        out = decoder(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False,
+        )
+        return out.last_hidden_state[:, -(t + 1) : -1, :]
+    b = mb.responses.shape[0]
+    prefix = decoder(input_ids=mb.prefix_ids, use_cache=True)
+    first = prefix.last_hidden_state[:, -1:, :].expand(b, 1, -1)  # predicts every row's first token
+    if t == 1:
+        return first
+    cache = prefix.past_key_values
+    cache.batch_repeat_interleave(b)
+    out = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                  past_key_values=cache, use_cache=True)
+    return torch.cat([first, out.last_hidden_state], dim=1)
 
 
 def plain_head(model) -> torch.nn.Module | None:
@@ -172,14 +241,28 @@ def plain_head(model) -> torch.nn.Module | None:
     no bias, no soft-capping, no scaling, no hook on the head), so log-probs can be computed from the hidden states;
     None otherwise (the trainer then takes the model's own logits)."""
     head = model.get_output_embeddings()
-    config = getattr(model, "config", None)
     if head is None or getattr(head, "bias", None) is not None or not isinstance(head, torch.nn.Linear):
         return None
     if head._forward_hooks or head._forward_pre_hooks:  # something rewrites its output (a logit bias)
         return None
-    if any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale")):
+    if rescales_logits(model):
         return None
     return head
+
+
+def rescales_logits(model) -> bool:
+    """Whether the model changes its head's output before returning it (Gemma's soft-capping, Cohere's
+    logit scale): then log-probs cannot be taken from the head alone."""
+    config = getattr(model, "config", None)
+    return any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale"))
+
+
+def same_prompt(trajectories: Sequence[TrajectoryLike], indices: Sequence[int]) -> list[list[int]]:
+    """``indices`` split by identical prompt, in order of first appearance (each part keeps its order)."""
+    parts: dict[tuple[int, ...], list[int]] = {}
+    for i in indices:
+        parts.setdefault(tuple(trajectories[i].prompt_ids), []).append(i)
+    return list(parts.values())
 
 
 def length_order(trajectories: Sequence[TrajectoryLike], indices: Sequence[int]) -> list[int]:
@@ -205,10 +288,16 @@ class GRPOTrainer:
         self.device = next(model.parameters()).device  # micro-batches are built where the weights are
         self.bf16 = use_bf16(cfg.precision, self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # a group's prompt forwarded once; not where the model post-processes its head's logits, which
+        # the shared layout computes from the head alone
+        self.shares_prefix = cfg.shared_prefix and not rescales_logits(model)
         # eval mode: no dropout, so old, new and reference log-probs see the same function
         self.model.eval()
+        if cfg.lora_rank > 0:  # in place, before the rollout engine copies the module tree
+            add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
         self.ref_model = None
-        if cfg.kl_coef > 0:
+        # under LoRA the reference is the policy with its adapters off (lora.adapters_off): no copy
+        if cfg.kl_coef > 0 and cfg.lora_rank == 0:
             self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
             self.ref_model.eval().requires_grad_(False)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -324,7 +413,8 @@ class GRPOTrainer:
         are the same numbers and the extra forward pass is skipped (TRL and verl's on-policy path do the
         same); without a reference (``kl_coef`` 0) there is no reference pass."""
         multi_update = self.cfg.ppo_epochs * len(micro_batches) > 1
-        if not multi_update and self.ref_model is None:
+        adapter_reference = self.cfg.kl_coef > 0 and self.cfg.lora_rank > 0
+        if not multi_update and self.ref_model is None and not adapter_reference:
             return
         with torch.no_grad():
             for mbs in micro_batches:
@@ -333,6 +423,9 @@ class GRPOTrainer:
                         mb.old_logp = self._logp(self.model, mb, with_entropy=False)[0]
                     if self.ref_model is not None:
                         mb.ref_logp = self._logp(self.ref_model, mb, with_entropy=False)[0]
+                    elif adapter_reference:
+                        with adapters_off(self.model):
+                            mb.ref_logp = self._logp(self.model, mb, with_entropy=False)[0]
 
     def _minibatch_update(self, mbs: list[MicroBatch], gap: dict[str, float]
                           ) -> tuple[dict[str, float], float] | None:
@@ -388,12 +481,12 @@ class GRPOTrainer:
                  policy_time: float) -> dict[str, float]:
         """What the update computed (tokens the policy's forward+backward passes ran over, padding
         included, which is what costs; where the time went) and the batch's reward and length figures."""
-        forwarded = sum(mb.input_ids.numel() for mbs in micro_batches for mb in mbs)
+        counts = [mb.forwarded_tokens() for mbs in micro_batches for mb in mbs]
+        forwarded = sum(c[0] for c in counts)
         n = len(trajectories)
         return {
             "update_tokens": float(forwarded * self.cfg.ppo_epochs),
-            "update_pad_share": 1.0 - sum(float(mb.attention_mask.sum()) for mbs in micro_batches for mb in mbs)
-            / max(forwarded, 1),
+            "update_pad_share": 1.0 - sum(c[1] for c in counts) / max(forwarded, 1),
             "micro_batches": float(sum(len(mbs) for mbs in micro_batches)),
             "reference_time": reference_time,
             "policy_time": policy_time,
@@ -411,19 +504,23 @@ class GRPOTrainer:
     def _micro_batches(self, trajectories: Sequence[TrajectoryLike], adv: torch.Tensor) -> list[list[MicroBatch]]:
         """The step's mini-batches (one optimizer update each), each a list of collated micro-batches
         (one forward/backward each); with ``cfg.group_by_length`` a mini-batch's trajectories are
-        ordered by length first, so each micro-batch pads to a length close to its own rows'."""
+        ordered by length first, so each micro-batch pads to a length close to its own rows'; with
+        ``cfg.shared_prefix`` a micro-batch holds rows of one prompt (:func:`collate_shared`)."""
         cfg, n = self.cfg, len(trajectories)
         mini = cfg.mini_batch_size or n
         minis = [list(range(s, min(s + mini, n))) for s in range(0, n, mini)]
         if cfg.group_by_length:
             minis = [length_order(trajectories, idx) for idx in minis]
+        parts = [same_prompt(trajectories, idx) if self.shares_prefix else [idx] for idx in minis]
+        build = collate_shared if self.shares_prefix else collate
+        size = cfg.micro_batch_size
         return [
             [
-                collate([trajectories[i] for i in idx[s : s + cfg.micro_batch_size]],
-                        adv[idx[s : s + cfg.micro_batch_size]], self.pad_id, self.device)
-                for s in range(0, len(idx), cfg.micro_batch_size)
+                build([trajectories[i] for i in part[s : s + size]], adv[part[s : s + size]], self.pad_id, self.device)
+                for part in mini_parts
+                for s in range(0, len(part), size)
             ]
-            for idx in minis
+            for mini_parts in parts
         ]
 
     def _update(self) -> float:
@@ -450,7 +547,7 @@ class GRPOTrainer:
         tmp = directory / f".{final.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
+        self.model.save_pretrained(tmp, state_dict=plain_state_dict(self.model))  # adapters merged in
         self.tokenizer.save_pretrained(tmp)
         torch.save(
             {
@@ -461,6 +558,7 @@ class GRPOTrainer:
                 "rng": _rng_state(),
                 "metrics": list(metrics or []),
                 "cfg": asdict(self.cfg),
+                "adapters": adapter_state(self.model) if self.cfg.lora_rank > 0 else None,
             },
             tmp / STATE_FILE,
         )
@@ -478,9 +576,12 @@ class GRPOTrainer:
         # CPU first, whatever device saved it: the RNG state must be a CPU tensor, and the
         # optimizer moves its states onto the parameters' device as it loads them
         state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")
-        loaded = type(self.model).from_pretrained(path, dtype=next(self.model.parameters()).dtype)
-        self.model.load_state_dict(loaded.state_dict())
-        del loaded
+        if self.cfg.lora_rank > 0:  # the base is the run's initial model; the adapters are in the state
+            load_adapter_state(self.model, state["adapters"])
+        else:
+            loaded = type(self.model).from_pretrained(path, dtype=next(self.model.parameters()).dtype)
+            self.model.load_state_dict(loaded.state_dict())
+            del loaded
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.updates = state["updates"]
@@ -496,6 +597,9 @@ def _validate(cfg: GRPOParams) -> None:
             f"GRPOParams: mini_batch_size {cfg.mini_batch_size} must be a multiple of "
             f"micro_batch_size {cfg.micro_batch_size}"
         )
+    if cfg.lora_rank < 0 or cfg.lora_alpha <= 0:
+        raise ValueError(f"GRPOParams: lora_rank must be >= 0 (0 = full fine-tuning) and lora_alpha > 0, "
+                         f"got {cfg.lora_rank} and {cfg.lora_alpha}")
     if cfg.logprob_chunk < 1:
         raise ValueError(f"GRPOParams.logprob_chunk must be >= 1, got {cfg.logprob_chunk}")
     if cfg.temperature <= 0:

@@ -207,6 +207,11 @@ def grpo_overrides(cfg: GRPOParams, cluster: VerlParams, *, model_path: str, tra
         "data.return_raw_chat": True,
         "data.seed": cfg.seed,
         "actor_rollout_ref.model.path": model_path,
+        # LoRA (0 = off): verl's hf_model config reads the same three settings as factrl.rl.lora
+        "actor_rollout_ref.model.lora_rank": cfg.lora_rank,
+        "actor_rollout_ref.model.lora_alpha": cfg.lora_alpha,
+        "actor_rollout_ref.model.target_modules": (cfg.lora_targets if cfg.lora_targets == "all-linear"
+                                                   else [t.strip() for t in cfg.lora_targets.split(",")]),
         f"{actor}.optim.lr": cfg.lr,
         f"{actor}.optim.weight_decay": cfg.weight_decay,
         f"{actor}.optim.betas": list(cfg.betas),
