@@ -52,7 +52,8 @@ def test_report_has_the_issues_keys_pairs_the_gain_and_pools_seeds():
     assert gain["mean"] == pytest.approx((9 + 8 + 9) / 180)
     assert gain["per_seed"] == pytest.approx([9 / 60, 8 / 60, 9 / 60])
     assert 0 < gain["ci95"][0] < gain["mean"] < gain["ci95"][1]
-    assert out["gate"] == {"pass_at_1": 0.6, "pass_at_8": 0.9, "uniform_group_rate": pytest.approx(0.3)}
+    assert out["gate"] == {"pass_at_1": 0.6, "pass_at_8": 0.9, "uniform_group_rate": pytest.approx(0.3),
+                           "samples_per_claim": [None, None, None]}
     assert out["heldout_wording"]["haris_trained"]["pooled"]["mean"] == pytest.approx(40 / 60)
     assert out["unseen_world_gain"] == pytest.approx((7 + 6 + 7) / 180)
     # an ablation's gain is its trained pair against the first seed's warm pair

@@ -57,7 +57,7 @@ def test_gate_sentence_and_train_summary_print_the_gate(tmp_path, capsys):
             "claims": 2, "group_size": 4}
     line = gate_sentence(gate)
     assert line == ("the starting policy on 2 training prompts x 4 rollouts: pass@1 0.38, pass@4 0.50, "
-                    "all-equal groups 0.50 (open)")
+                    "all-equal groups of 4 0.50 (open)")
     assert gate_sentence(NO_GATE) == NO_GATE["decision"]
     (tmp_path / "gate").mkdir()
     (tmp_path / "gate" / "reason_r1.json").write_text(json.dumps(gate))
@@ -87,3 +87,24 @@ def test_figures_by_stratum_groups_rollouts_by_prompt_and_stratum():
     assert list(per) == ["2hop", "3hop"]
     assert per["2hop"]["groups"] == 1 and per["2hop"]["pass_at_k"] == 0.0
     assert per["3hop"]["pass_at_k"] == 1.0 and per["3hop"]["accuracy"] == 0.75
+
+
+def test_more_samples_than_the_group_give_the_groups_uniform_rate_unbiased():
+    """8 samples of a prompt, 2 right: pass@8 = 1; a random group of 4 of them is all wrong with
+    probability C(6,4)/C(8,4) = 15/70, never all right, and uniform in reward likewise. The estimate
+    equals the exact share over every 4-subset of the 8."""
+    from itertools import combinations
+
+    correct = [[True, True] + [False] * 6]
+    rewards = [[1.0, 1.0] + [0.0] * 6]
+    f = group_figures(rewards, correct, group_size=4)
+    assert (f["k"], f["group_size"], f["pass_at_k"]) == (8, 4, 1.0)
+    subsets = list(combinations(range(8), 4))
+    exact = sum(len({rewards[0][i] for i in s}) == 1 for s in subsets) / len(subsets)
+    assert f["uniform_group_rate"] == pytest.approx(exact) == pytest.approx(15 / 70)
+    assert f["all_wrong_rate"] == pytest.approx(15 / 70) and f["all_right_rate"] == 0.0
+    assert f["mixed_group_rate"] == pytest.approx(55 / 70)
+    # with the group as large as the samples it is the plain all-equal test, as before
+    assert group_figures(rewards, correct)["uniform_group_rate"] == 0.0
+    with pytest.raises(ValueError, match="group_size 9"):
+        group_figures(rewards, correct, group_size=9)

@@ -30,14 +30,37 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence[bool]], k: int | None = None,
-                  tol: float = 1e-6) -> dict:
-    """Gate figures of groups of rollouts, one group per prompt.
+def subset_rate(counts: Sequence[int], n: int, g: int) -> float:
+    """Probability that ``g`` samples drawn without replacement from ``n`` fall in one class, when the
+    classes hold ``counts`` samples: ``sum_j C(m_j, g) / C(n, g)`` (a group of ``g`` all-equal)."""
+    return sum(comb(m, g) for m in counts) / comb(n, g)
 
-    rewards: ``[G][n]`` each rollout's scalar reward; correct: ``[G][n]`` whether its answer is right.
-    k: pass@k's k (default: the smallest group size). Returns ``groups``, ``rollouts``, ``accuracy``
-    (mean correctness), ``pass_at_k`` (mean over groups), ``k``, ``uniform_group_rate`` (rewards equal
-    within ``tol``), ``all_right_rate``, ``all_wrong_rate`` and ``mixed_group_rate`` (correctness).
+
+def _reward_classes(rewards: Sequence[float], tol: float) -> list[int]:
+    """Sizes of the classes of equal rewards (within ``tol`` of the class's first member)."""
+    firsts: list[float] = []
+    sizes: list[int] = []
+    for r in sorted(rewards):
+        if firsts and r - firsts[-1] <= tol:
+            sizes[-1] += 1
+        else:
+            firsts.append(r)
+            sizes.append(1)
+    return sizes
+
+
+def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence[bool]], k: int | None = None,
+                  tol: float = 1e-6, group_size: int | None = None) -> dict:
+    """Gate figures of samples of rollouts, one sample set per prompt.
+
+    rewards: ``[P][n]`` each rollout's scalar reward; correct: ``[P][n]`` whether its answer is right.
+    k: pass@k's k (default: the smallest sample count). group_size: the GRPO group the figures are
+    for (default: all of a prompt's samples); with ``n`` samples above it, the all-equal and
+    all-right/-wrong rates are those of a random group of ``group_size`` of them (unbiased, as pass@k
+    is), so 8 samples measure pass@8 and a round of groups of 4 at once. Returns ``groups``,
+    ``rollouts``, ``accuracy`` (mean correctness), ``pass_at_k`` (mean over prompts), ``k``,
+    ``group_size``, ``uniform_group_rate`` (rewards equal within ``tol``), ``all_right_rate``,
+    ``all_wrong_rate`` and ``mixed_group_rate`` (correctness).
     """
     if len(rewards) != len(correct) or not rewards:
         raise ValueError(f"need the same, non-zero number of reward and correctness groups "
@@ -46,16 +69,20 @@ def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence
     if any(len(r) != len(c) or len(r) == 0 for r, c in zip(rewards, correct)):
         raise ValueError("every group needs as many rewards as correctness flags, and at least one")
     k = min(sizes) if k is None else k
+    size = min(sizes) if group_size is None else group_size
+    if not 1 <= size <= min(sizes):
+        raise ValueError(f"group_size {size} needs 1 <= group_size <= the fewest samples of a prompt ({min(sizes)})")
     passes = [pass_at_k(len(c), sum(map(bool, c)), k) for c in correct]
-    uniform = [max(r) - min(r) <= tol for r in rewards]
-    right = [all(c) for c in correct]
-    wrong = [not any(c) for c in correct]
+    uniform = [subset_rate(_reward_classes(r, tol), len(r), size) for r in rewards]
+    right = [subset_rate([sum(map(bool, c))], len(c), size) for c in correct]
+    wrong = [subset_rate([len(c) - sum(map(bool, c))], len(c), size) for c in correct]
     g = len(rewards)
     return {
         "groups": g,
         "rollouts": sum(sizes),
         "accuracy": sum(sum(map(bool, c)) for c in correct) / sum(sizes),
         "k": k,
+        "group_size": size,
         "pass_at_k": sum(passes) / g,
         "uniform_group_rate": sum(uniform) / g,
         "all_right_rate": sum(right) / g,
@@ -64,22 +91,23 @@ def group_figures(rewards: Sequence[Sequence[float]], correct: Sequence[Sequence
     }
 
 
-def figures_by_stratum(results: Sequence, group_size: int, strata: Sequence[str]) -> tuple[dict, dict[str, dict]]:
+def figures_by_stratum(results: Sequence, samples: int, strata: Sequence[str], group_size: int | None = None
+                       ) -> tuple[dict, dict[str, dict]]:
     """Gate figures of scored rollouts, overall and per stratum.
 
-    results: ``[P * G]`` rollout results in prompt order, each with a ``score`` and a ``correct`` part
-    (``factrl.rewards.registry.RewardResult``); strata: ``[P]`` a label per prompt (e.g. ``"2hop"``).
-    Returns :func:`group_figures` (``k = group_size``) of every prompt's group, and of each stratum's
-    groups keyed by label in sorted order."""
-    g = group_size
-    rewards = [[r.score for r in results[i * g:(i + 1) * g]] for i in range(len(strata))]
-    correct = [[bool(r.parts.get("correct")) for r in results[i * g:(i + 1) * g]] for i in range(len(strata))]
+    results: ``[P * samples]`` rollout results in prompt order, each with a ``score`` and a ``correct``
+    part (``factrl.rewards.registry.RewardResult``); strata: ``[P]`` a label per prompt (e.g.
+    ``"2hop"``). Returns :func:`group_figures` (``k = samples``, the round's ``group_size``) of every
+    prompt's samples, and of each stratum's keyed by label in sorted order."""
+    n = samples
+    rewards = [[r.score for r in results[i * n:(i + 1) * n]] for i in range(len(strata))]
+    correct = [[bool(r.parts.get("correct")) for r in results[i * n:(i + 1) * n]] for i in range(len(strata))]
     rows: dict[str, list[int]] = {}
     for i, label in enumerate(strata):
         rows.setdefault(label, []).append(i)
-    per = {label: group_figures([rewards[i] for i in ix], [correct[i] for i in ix], k=g)
+    per = {label: group_figures([rewards[i] for i in ix], [correct[i] for i in ix], k=n, group_size=group_size)
            for label, ix in sorted(rows.items())}
-    return group_figures(rewards, correct, k=g), per
+    return group_figures(rewards, correct, k=n, group_size=group_size), per
 
 
 def gate_passes(figures: dict, max_uniform: float = 0.5, min_headroom: float = 0.05) -> tuple[bool, str]:
@@ -101,7 +129,7 @@ def gate_sentence(gate: dict) -> str:
     """One line of a gate file for a log: pass@1, pass@G and the all-equal share on how many claims."""
     if not gate.get("claims"):
         return gate["decision"]
-    g = gate["group_size"]
-    return (f"the starting policy on {gate['claims']} training prompts x {g} rollouts: "
-            f"pass@1 {gate['pass_at_1']:.2f}, pass@{g} {gate[f'pass_at_{g}']:.2f}, "
-            f"all-equal groups {gate['uniform_group_rate']:.2f} ({gate['decision'].split(':')[0]})")
+    g, n = gate["group_size"], gate.get("samples", gate["group_size"])
+    return (f"the starting policy on {gate['claims']} training prompts x {n} rollouts: "
+            f"pass@1 {gate['pass_at_1']:.2f}, pass@{n} {gate[f'pass_at_{n}']:.2f}, "
+            f"all-equal groups of {g} {gate['uniform_group_rate']:.2f} ({gate['decision'].split(':')[0]})")

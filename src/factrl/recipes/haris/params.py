@@ -57,6 +57,9 @@ class ReasonTrainParams(AgentTrainParams):
         stage writes the gate figures (``factrl.rl.gate``: pass@1, pass@``group_size``, the share of
         all-equal groups, per hop) to ``metrics/gate/reason_r<id>.json``: whether GRPO has groups
         that mix to learn from. 0 = no gate.
+    gate_samples: rollouts per gate claim when more than ``group_size`` (0 = ``group_size``): the gate
+        then reports pass@``gate_samples`` too, and the all-equal rate of a random group of
+        ``group_size`` of them (what the round's groups see), both unbiased.
     """
 
     search_backend: Literal["inprocess", "server"] = "inprocess"
@@ -67,6 +70,7 @@ class ReasonTrainParams(AgentTrainParams):
     reward: str = "haris_reasoning"
     hop_reward: float = 0.0
     gate_claims: int = 0
+    gate_samples: int = 0
 
 
 @params_section("train")

@@ -39,9 +39,10 @@ def gate_path(round_id: int) -> Path:
 def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params: ReasonTrainParams,
                  device: str) -> dict:
     """The gate figures of the reasoning agent ``init_model`` (with ``tool``, the round's search agent)
-    on ``params.gate_claims`` of ``claims`` balanced by (label, hops): ``group_size`` rollouts each at
-    the training temperature, seeded by ``params.seed``, scored by the round's reward. Returns
-    ``pass_at_1`` (mean correctness), ``pass_at_<G>``, ``uniform_group_rate`` and the rest of
+    on ``params.gate_claims`` of ``claims`` balanced by (label, hops): ``gate_samples`` (at least
+    ``group_size``) rollouts each at the training temperature, seeded by ``params.seed``, scored by the
+    round's reward. Returns ``pass_at_1`` (mean correctness), ``pass_at_<samples>``, the all-equal
+    rate of the round's groups of ``group_size`` (``uniform_group_rate``) and the rest of
     :func:`factrl.rl.gate.group_figures`, overall and ``per_hop``, with ``claims`` and ``seconds``."""
     import time
 
@@ -51,20 +52,21 @@ def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params
 
     items = haris_rounds.reasoning_items(balanced_subset(claims, params.gate_claims))
     g = params.group_size
+    n = max(params.gate_samples, g)  # pass@n from n samples; the all-equal rate is for groups of g
     score = haris_rounds.reasoning_reward_fn(params.reward, require_question=params.require_question)
     t0 = time.perf_counter()
     with open_llm(init_model, "local", precision=params.precision, device=device) as policy:
         seed_everything(params.seed)
-        trajectories = haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params)(items, g)
-    results = score([item for item in items for _ in range(g)], trajectories)
-    overall, per_hop = figures_by_stratum(results, g, [f"{int(item['num_hops'])}hop" for item in items])
+        trajectories = haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params)(items, n)
+    results = score([item for item in items for _ in range(n)], trajectories)
+    overall, per_hop = figures_by_stratum(results, n, [f"{int(item['num_hops'])}hop" for item in items], group_size=g)
 
     def with_pass_names(f: dict) -> dict:
-        return {"pass_at_1": f["accuracy"], f"pass_at_{g}": f["pass_at_k"], **f}
+        return {"pass_at_1": f["accuracy"], f"pass_at_{n}": f["pass_at_k"], **f}
 
     out = with_pass_names(overall)
     open_, sentence = gate_passes(out)
-    return {**out, "open": open_, "decision": sentence, "claims": len(items), "group_size": g,
+    return {**out, "open": open_, "decision": sentence, "claims": len(items), "group_size": g, "samples": n,
             "seconds": round(time.perf_counter() - t0, 1),
             "per_hop": {hop: with_pass_names(f) for hop, f in per_hop.items()}}
 
