@@ -27,8 +27,14 @@ paired bootstrap; an ablation's is its trained pair against the first seed's war
 Each finished run is kept as ``bench/results/learning_runs/<name>.json`` (commit it as it lands):
 a rerun at the same commit skips the runs whose record exists, and ``learning.json`` is assembled
 from whatever records there are (``complete`` says whether every asked run is in). Workspaces live
-under ``--work`` (kept; a killed run resumes there through DVC). About 35-45 min per seed on 2 AVX2
-cores (fp32), 10-15 per ablation; ``--smoke`` checks the script in minutes with the tiny profile.
+under ``--work`` (kept; a killed run resumes there through DVC). About 70-90 min per seed on 2 idle
+AVX2 cores (fp32: the warm start, the gate, the round and six 180-claim evaluations), about 25 per
+ablation; ``--smoke`` checks the script in minutes with the tiny profile.
+
+A benchmark longer than a working session runs from a clone frozen at one commit (``git clone`` this
+checkout, ``git checkout`` the commit), with the records of earlier sessions copied into the clone's
+``bench/results/learning_runs/``: the clone skips them and runs the rest; its new records are copied
+back and ``--assemble`` here writes ``learning.json`` (``commits`` lists the code that produced it).
 
 Usage: python -m bench.learning [--seeds 0 1 2] [--ablations flip_advantage shuffled_reward
                                      mask_retrieved_tokens_off no_rl] [--profile NAME] [--work DIR] [--smoke]
