@@ -3,13 +3,15 @@
 The adapters are injected into the policy in place (``peft.inject_adapter_in_model``): the targeted
 linear layers become ``base_layer + scaling * B @ A`` with ``B = 0`` at the start, so the policy's
 first outputs are the base model's; only ``A`` and ``B`` train. What that buys on a trainer step is
-the weight gradients and AdamW's moments of every targeted matrix (a quarter of the backward's
-matmuls and two fp32 copies of the weights), at the cost of learning in a rank-``r`` subspace, which
-is why it is a param to ablate, not an exact lever.
+the weight gradients and AdamW's moments of every targeted matrix (half of the backward's matmuls,
+a third of forward plus backward, and two fp32 copies of the weights), at the cost of learning in a
+rank-``r`` subspace, which is why it is a param to ablate, not an exact lever.
 
 * The rollout engine shares the policy's parameters (``factrl.llm.engine_weights``), adapters
   included, so it samples from exactly the policy being trained, and notices each update (the
-  adapters' versions move) as it notices a full fine-tuning update.
+  adapters' versions move) as it notices a full fine-tuning update. It decodes them unmerged: two
+  rank-``r`` matmuls more per targeted layer and decode step (merging into a copy for the engine is
+  the next step where that measures slower).
 * The KL reference is the policy with its adapters switched off (:func:`adapters_off`), as TRL does
   under PEFT: no second copy of the model.
 * What leaves the trainer (a checkpoint's Hugging Face directory, the stage's model) is a plain model
