@@ -6,6 +6,10 @@ rollouts keeps key/value states (the prefix cache) and greedy answers computed w
 :class:`EngineWeights` keeps the engine's own module (never the caller's: a trainer runs plain
 forwards and backwards on that one, so its attention implementation and hooks must stay as they
 are) and tells the engine when the weights moved, so it drops what the old weights computed.
+
+A policy trained with LoRA (peft layers, :mod:`factrl.llm.adapters`) is decoded as the plain model it
+computes: in the engine's module each adapted layer is its base layer with a weight of its own, the
+adapters merged in, re-merged whenever they move.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import copy
 
 import torch
 
+from factrl.llm.adapters import adapter_layers, merged_weight
 from factrl.llm.kv_slots import SLOT_ATTENTION, use_fp32_attention
 
 
@@ -34,8 +39,9 @@ class EngineWeights:
     ``bf16`` on fp32 weights (a policy under training, decoded in bf16): a bf16 copy, re-synced
     whenever the weights change, as verl syncs the actor's weights into its rollout engine.
     Otherwise a module tree of its own whose parameters and buffers *are* the model's (no memory
-    copied, in-place updates seen at once). Either way set up for packed slot attention, with fp32
-    key/value states under bf16 (:func:`~factrl.llm.kv_slots.use_fp32_attention`): ``kv_dtype``.
+    copied, in-place updates seen at once). Under LoRA each adapted layer of that tree is a plain
+    layer holding the merged weight (one copy of the adapted weights, kept in step by :meth:`sync`).
+    Either way set up for packed slot attention, with fp32 key/value states under bf16 (:func:`~factrl.llm.kv_slots.use_fp32_attention`): ``kv_dtype``.
     """
 
     def __init__(self, model: torch.nn.Module, bf16: bool):
@@ -50,6 +56,10 @@ class EngineWeights:
         else:
             shared = {id(t): t for t in (*self.model.parameters(), *self.model.buffers())}
             engine = copy.deepcopy(self.model, memo=shared)
+        self._merged = self._unwrap_adapters(engine)
+        model_params = dict(self.model.named_parameters())  # the bf16 copy's sources, by name
+        self._copied = [(p, model_params[name]) for name, p in engine.named_parameters()
+                        if self.owns_copy and name in model_params]
         engine.eval()  # its own training flags: a trainer's model.train() does not reach it
         dtype = next(engine.parameters()).dtype
         fp32_states = dtype == torch.bfloat16 and use_fp32_attention(engine)
@@ -57,17 +67,31 @@ class EngineWeights:
         engine.set_attn_implementation(SLOT_ATTENTION)  # packed forwards over slots
         return engine
 
+    def _unwrap_adapters(self, engine: torch.nn.Module) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+        """Replace each LoRA layer of ``engine`` by its base layer with a weight of its own (filled
+        by :meth:`sync`) -> (engine layer, the model's LoRA layer) pairs."""
+        pairs = []
+        model_layers = adapter_layers(self.model)
+        for name, layer in adapter_layers(engine).items():
+            base = layer.get_base_layer()
+            base.weight = torch.nn.Parameter(torch.empty_like(base.weight), requires_grad=False)
+            parent, _, child = name.rpartition(".")
+            setattr(engine.get_submodule(parent), child, base)
+            pairs.append((base, model_layers[name]))
+        return pairs
+
     def sync(self) -> bool:
         """Bring the engine's module up to the model's weights; True when they changed since the
         last call (the first call included), i.e. whatever the engine computed before is stale."""
         versions = parameter_versions(self.model)
         if versions == self._seen:
             return False
-        if self.owns_copy:
-            with torch.no_grad():
-                for copy_p, p in zip(self.module.parameters(), self.model.parameters()):
-                    copy_p.copy_(p)
-        elif self._seen is not None and [i for i, _ in versions] != [i for i, _ in self._seen]:
+        if not self.owns_copy and self._seen is not None and [i for i, _ in versions] != [i for i, _ in self._seen]:
             self.module = self._build()  # parameters replaced: share the new ones
+        with torch.no_grad():
+            for copy_p, p in self._copied:
+                copy_p.copy_(p)
+            for engine_layer, lora_layer in self._merged:
+                engine_layer.weight.copy_(merged_weight(lora_layer))
         self._seen = versions
         return True
