@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from factrl.rl.sft import CURVES_DIR, IGNORE_INDEX, collate, masked_lm_loss
+from factrl.rl.sft import CURVES_DIR, IGNORE_INDEX, collate, masked_lm_loss, shared_prefix_length
 from factrl.rl.step_log import read_history, read_summary
 from tests.rl.tiny_sft import examples, run
 
@@ -36,6 +36,58 @@ def test_masked_lm_loss_equals_the_models_own_loss(tiny, tok):
     assert torch.allclose(ours, full, atol=1e-5), (float(ours), float(full))
     n = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
     assert torch.allclose(masked_lm_loss(tiny, batch, num_items=2 * n), full / 2, atol=1e-5)
+
+
+def _chat_examples(tok) -> list[dict]:
+    """Warm-start rows as the agents' are: one system prompt, a claim each, the agent's turn trained."""
+    from factrl.llm.tokens import encode_chat
+
+    system = {"role": "system", "content": "You verify claims by asking one question at a time. " * 3}
+    rows = []
+    for i, (claim, answer) in enumerate([("Ada was born in Paris.", "<question>Where was Ada born?</question>"),
+                                         ("The bridge is older than the tower.", "<verdict>refuted</verdict>"),
+                                         ("Bo wrote two novels in 1990 and 1992.", "<question>What did Bo write?</question>")]):
+        prompt = encode_chat(tok, [system, {"role": "user", "content": claim}])
+        reply = tok(answer + f" ({i})", add_special_tokens=False)["input_ids"]
+        rows.append({"input_ids": list(prompt) + reply, "labels": [IGNORE_INDEX] * len(prompt) + reply})
+    return rows
+
+
+def test_a_shared_prompt_runs_once_with_the_same_loss_and_gradients(tok):
+    """shared_prefix: the system prompt every row starts with is forwarded once (its key/values repeated
+    for the rows), giving the plain layout's loss and gradients to fp32 rounding on real SmolLM2 chat
+    rows, right-padded to different lengths."""
+    from tests.rl.tiny import tiny_model
+
+    batch = collate(_chat_examples(tok), pad_id=tok.pad_token_id)
+    shared = shared_prefix_length(batch["input_ids"], batch["labels"])
+    assert shared > 16 and (batch["input_ids"][:, :shared] == batch["input_ids"][:1, :shared]).all()
+    results = []
+    for on in (False, True):
+        model = tiny_model(tok, seed=5)
+        forwarded: list[int] = []
+        model.get_input_embeddings().register_forward_pre_hook(
+            lambda _m, args, seen=forwarded: seen.append(args[0].numel()))
+        loss = masked_lm_loss(model, batch, shared_prefix=on)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}, sum(forwarded)))
+    (plain_loss, plain_grads, plain_tokens), (loss, grads, tokens) = results
+    torch.testing.assert_close(loss, plain_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    b, t = batch["input_ids"].shape
+    assert plain_tokens == b * t and tokens == shared + b * (t - shared)
+
+
+def test_the_shared_prefix_stops_before_any_trained_token():
+    ids = torch.tensor([[1] * 20 + [2, 3], [1] * 20 + [2, 4]])
+    no_labels = torch.full_like(ids, IGNORE_INDEX)
+    labels = no_labels.clone()
+    labels[:, 18:] = ids[:, 18:]  # token 18 is trained: position 17 predicts it
+    assert shared_prefix_length(ids, no_labels) == 21  # rows differ at 21
+    assert shared_prefix_length(ids, labels) == 17
+    assert shared_prefix_length(ids, labels, min_tokens=18) == 0  # too short to be worth a pass
+    assert shared_prefix_length(ids[:1], no_labels[:1]) == 0  # one row: nothing to share
 
 
 def test_length_grouped_batches_come_in_a_random_order():

@@ -280,6 +280,9 @@ class SFTParams:
     checkpoint_every: optimizer steps between resumable checkpoints (weights, optimizer, scheduler,
         data order and RNG states).
     keep_checkpoints: newest checkpoints kept on disk.
+    shared_prefix: forward the tokens every sequence of a batch starts with (the agent's system
+        prompt and chat frame) once, their key/values shared by the batch's rows: the same loss and
+        gradients to float rounding, fewer tokens forwarded (:func:`factrl.rl.sft.masked_lm_loss`).
     """
 
     epochs: float = 1.0
@@ -293,3 +296,4 @@ class SFTParams:
     grad_accum: int = 1
     checkpoint_every: int = 20
     keep_checkpoints: int = 1
+    shared_prefix: bool = True

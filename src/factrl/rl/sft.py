@@ -67,21 +67,50 @@ def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn), "labels": torch.tensor(labels)}
 
 
-def masked_lm_loss(model, inputs: dict[str, torch.Tensor], num_items: int | torch.Tensor | None = None) -> torch.Tensor:
+def masked_lm_loss(model, inputs: dict[str, torch.Tensor], num_items: int | torch.Tensor | None = None,
+                   shared_prefix: bool = False) -> torch.Tensor:
     """Summed next-token cross-entropy over the labelled tokens of ``inputs`` (``input_ids``,
     ``attention_mask``, ``labels`` ``[b, T]``), divided by ``num_items`` (default: their count).
 
     Logits ``[b, K, V]`` are computed only at the ``K`` positions whose next token has a label in
     some row (``logits_to_keep`` as an index tensor), so the prompt costs no output layer.
+    ``shared_prefix``: the tokens every row starts with (the agent's system prompt and chat frame,
+    :func:`shared_prefix_length`) run once, their key/values repeated for the rows, which run on top
+    of them: the same loss and gradients to float rounding, for ``(b - 1) * P`` fewer forwarded tokens.
     """
     target = inputs["labels"][:, 1:]  # position p predicts token p + 1
     keep = (target != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
-    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], logits_to_keep=keep,
-                   use_cache=False).logits
+    ids, attention = inputs["input_ids"], inputs["attention_mask"]
+    shared = shared_prefix_length(ids, inputs["labels"]) if shared_prefix else 0
+    if shared > 0:
+        prefix = model.get_decoder()(input_ids=ids[:1, :shared], use_cache=True)  # no logits: none is read
+        cache = prefix.past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+        positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        logits = model(input_ids=ids[:, shared:], attention_mask=attention, position_ids=positions,
+                       past_key_values=cache, logits_to_keep=keep - shared, use_cache=True).logits
+    else:
+        logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep, use_cache=False).logits
     target = target[:, keep]
     loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
                                              ignore_index=IGNORE_INDEX, reduction="sum")
     return loss / (num_items if num_items is not None else (target != IGNORE_INDEX).sum())
+
+
+def shared_prefix_length(input_ids: torch.Tensor, labels: torch.Tensor, min_tokens: int = 16) -> int:
+    """How many leading tokens every row of ``input_ids`` ``[b, T]`` shares and no loss reads: the
+    common prefix, cut so that no position in it predicts a labelled token and every row keeps a
+    token of its own (right padding: a row's real tokens come first). 0 when that is under
+    ``min_tokens`` or there is one row (nothing to share)."""
+    b = input_ids.shape[0]
+    if b < 2:
+        return 0
+    differs = (input_ids != input_ids[:1]).any(dim=0).nonzero()
+    common = int(differs[0]) if len(differs) else input_ids.shape[1] - 1
+    labelled = (labels[:, 1:] != IGNORE_INDEX).any(dim=0).nonzero()  # position p predicts token p + 1
+    if len(labelled):
+        common = min(common, int(labelled[0]))
+    return common if common >= min_tokens else 0
 
 
 def _shuffled_length_grouped_sampler():
@@ -110,7 +139,7 @@ def _shuffled_length_grouped_sampler():
     return ShuffledLengthGroupedSampler
 
 
-def _masked_lm_trainer():
+def _masked_lm_trainer(shared_prefix: bool = False):
     from transformers import Trainer
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -118,8 +147,9 @@ def _masked_lm_trainer():
 
     class MaskedLMTrainer(Trainer):
         """transformers' Trainer with :func:`masked_lm_loss` (already normalised over the whole
-        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step), and
-        length-grouped batches in a random order (:func:`_shuffled_length_grouped_sampler`)."""
+        accumulated batch by ``num_items_in_batch``, the trained tokens of the optimizer step; a batch's
+        common prompt forwarded once under ``shared_prefix``), and length-grouped batches in a random
+        order (:func:`_shuffled_length_grouped_sampler`)."""
 
         loss_is_scaled_for_ga = True
 
@@ -128,7 +158,7 @@ def _masked_lm_trainer():
             self.model_accepts_loss_kwargs = True  # so the Trainer counts num_items_in_batch for every model
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss = masked_lm_loss(model, inputs, num_items_in_batch)
+            loss = masked_lm_loss(model, inputs, num_items_in_batch, shared_prefix=shared_prefix)
             return (loss, None) if return_outputs else loss
 
         def _get_train_sampler(self, train_dataset=None):
@@ -267,7 +297,7 @@ def train_sft(model, tokenizer, examples: Sequence[dict], cfg: SFTParams, out_di
         saved = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
     args = _args(cfg, out_dir, seed=seed, bf16=bf16, cpu=device.type == "cpu")
     live = _loss_curves(curves_dir, saved.log_history if saved is not None else [])
-    trainer = _masked_lm_trainer()(model=model, args=args, train_dataset=_Examples(examples),
+    trainer = _masked_lm_trainer(cfg.shared_prefix)(model=model, args=args, train_dataset=_Examples(examples),
                                    data_collator=lambda f: collate(f, pad_id), callbacks=[*callbacks, live])
     start = time.perf_counter()
     tokens_before = saved.num_input_tokens_seen if saved is not None else 0
