@@ -242,6 +242,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, dynamic):
     assert [p.name for p in checkpoints(straight / "checkpoints")] == ["step-000002", "step-000004"]
     if dynamic:  # the run did draw again after dropping groups, or the resume check proves little
         assert max(r["sampling_draws"] for r in rows) > 1 and max(r["uniform_group_rate"] for r in rows) > 0
+        assert max(r["skipped_prompts"] for r in rows) > 0  # and the filter skipped: its state must resume
 
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}  # this checkout's code

@@ -147,6 +147,9 @@ def test_local_trainer_settings_without_a_verl_twin(tmp_path):
     with pytest.raises(ValueError, match=refused_sampling) as refused:
         plan_for("search", train, tmp_path)
     assert "set train.search.dynamic_sampling false" in str(refused.value)  # the section it lives in
+    skipping = TrainParams(search=dataclasses.replace(TrainParams().search, skip_uniform_prompts=True))
+    with pytest.raises(ValueError, match="skip_uniform_prompts is not available on train.backend verl"):
+        plan_for("search", skipping, tmp_path)  # GRESO's filter is the local trainer's; verl 0.9 has none
     reasoning = TrainParams(reasoning=dataclasses.replace(TrainParams().reasoning, dynamic_sampling=True))
     with pytest.raises(ValueError, match="set train.reasoning.dynamic_sampling false"):
         plan_for("reason", reasoning, tmp_path)

@@ -3,7 +3,7 @@
 Used by the trainer tests in-process and, for the kill/resume test, as a script:
 ``python -m tests.rl.tiny OUT_DIR [KILL_AFTER_STEP] [--dynamic]`` trains and, when asked, SIGKILLs
 itself right after that step (before any checkpoint of it), as a crash would; ``--dynamic`` runs
-:data:`DYNAMIC_CFG` (dynamic sampling) with :func:`parity_reward`, whose groups are often uniform.
+:data:`DYNAMIC_CFG` (dynamic sampling, the pre-rollout filter) with :func:`parity_reward`, whose groups are often uniform.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def parity_reward(items, trajectories) -> list[float]:
     return [float(sum(t.response_ids) % 2) for t in trajectories]
 
 
-# dynamic sampling with a cap that some steps reach (prompts_per_step 2 of 4 prompts, 3 draws)
-DYNAMIC_CFG = replace(TINY_CFG, dynamic_sampling=True, max_sampling_draws=3)
+# dynamic sampling with a cap that some steps reach (prompts_per_step 2 of 4 prompts, 3 draws), and the
+# pre-rollout filter, whose state (prompt histories, exploration probabilities) a resume must restore
+DYNAMIC_CFG = replace(TINY_CFG, dynamic_sampling=True, max_sampling_draws=3, skip_uniform_prompts=True)
 
 
 def make_rollout_fn(model, tok, cfg: GRPOParams):

@@ -133,6 +133,12 @@ class GRPOParams:
     lora_alpha: LoRA's scaling numerator (the update is ``alpha / rank * B @ A``; verl's default 16).
     lora_targets: the layers that get adapters: ``all-linear`` (every linear layer but the output
         head) or comma-separated module names (``q_proj,v_proj``).
+    skip_uniform_prompts: before rolling a drawn prompt out, skip it with GRESO's probability
+        (arXiv 2506.02177; :mod:`factrl.rl.prompt_skip`) when its latest groups were all-equal, and
+        draw a prompt not drawn in the step instead. Approximate (ablate it); it acts only on prompts
+        drawn before, i.e. from a run's second epoch of prompts on.
+    skip_target_uniform: the share of all-equal groups per step the filter steers toward (a third
+        all-right, two thirds all-wrong; GRESO's 0.25).
     free_caches: before each update, drop the policy engine's prefix cache along with its key/value
         slots (``LocalLLM.release``): the update changes the weights, after which the cache is
         cleared anyway, so keeping it through the update only holds its memory (up to 2 GiB).
@@ -179,6 +185,8 @@ class GRPOParams:
     lora_alpha: int = 16
     lora_targets: str = "all-linear"
     free_caches: bool = True
+    skip_uniform_prompts: bool = False
+    skip_target_uniform: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import torch
 
 from factrl.rl.advantages import uniform_group_rate
 from factrl.rl.params import GRPOParams
+from factrl.rl.prompt_skip import PromptSkipper
 
 
 class TrajectoryLike(Protocol):
@@ -102,6 +103,9 @@ def prompt_strata(prompts: Sequence[Any], key: str) -> list | None:
     return [p[key] if isinstance(p, dict) else getattr(p, key) for p in prompts]
 
 
+SKIP_STREAM = 0x5C1F  # the pre-rollout filter's own random stream of a draw (apart from the draw's order)
+
+
 def draw_seed(seed: int, step: int, draw: int) -> int:
     """The global seed of a draw's rollouts: draw 0 keeps the seed every step has always had."""
     if draw == 0:
@@ -121,7 +125,8 @@ def mixed_groups(scores: Sequence[float], group_size: int) -> list[int]:
 class StepBatch:
     """Everything one step drew: ``trajectories``, ``scores``, ``results``, ``valid`` (format validity
     or None), ``group_ids`` (one per draw's prompt: ``draw * prompts_per_step + k``) over all draws;
-    ``kept`` the trajectory indices trained on; ``draws`` how many draws were made."""
+    ``kept`` the trajectory indices trained on; ``draws`` how many draws were made; ``skipped`` how
+    many prompts the pre-rollout filter passed over (:mod:`factrl.rl.prompt_skip`)."""
 
     trajectories: list
     results: list
@@ -132,15 +137,18 @@ class StepBatch:
     draws: int
     rollout_time: float
     reward_time: float
+    skipped: int = 0
 
 
 def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, reward_fn: RewardFn,
-                step: int) -> StepBatch:
+                step: int, skipper: PromptSkipper | None = None) -> StepBatch:
     """Roll out and score one step's prompts; with ``cfg.dynamic_sampling``, draw again (up to
     ``cfg.max_sampling_draws`` draws) until ``prompts_per_step`` groups with signal are kept, as
     DAPO does (verl ``algorithm.filter_groups``), and keep the first ``prompts_per_step`` of them. A
     later draw rolls out ``prompts_per_step`` prompts, or with ``cfg.redraw`` ``missing`` only as many
-    as groups are still missing."""
+    as groups are still missing. With a ``skipper`` (``cfg.skip_uniform_prompts``), a drawn prompt
+    whose recent groups were all-equal may give its place to one not drawn in the step yet, before any
+    rollout (:class:`~factrl.rl.prompt_skip.PromptSkipper`, which records every group's outcome)."""
     g, per_step = cfg.group_size, cfg.prompts_per_step
     batch = StepBatch([], [], [], [], [], [], 0, 0.0, 0.0)
     drawn: set[int] = set()
@@ -152,6 +160,11 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
         missing = per_step - len(batch.kept) // g
         size = missing if batch.draws and cfg.redraw == "missing" else per_step
         picked = draw_prompts(len(prompts), size, cfg.seed, step, batch.draws, drawn, strata)
+        if skipper is not None:
+            rng = np.random.default_rng([cfg.seed, step, batch.draws, SKIP_STREAM])
+            spare = [i for i in epoch_order(len(prompts), rng, strata) if i not in drawn and i not in picked]
+            picked, skipped = skipper.choose(picked + spare, size, rng)
+            batch.skipped += skipped
         drawn.update(picked)
         items = [prompts[i] for i in picked]
         trajectories = rollout_fn(items, g)
@@ -160,6 +173,8 @@ def sample_step(cfg: GRPOParams, prompts: Sequence[Any], rollout_fn: RolloutFn, 
         t1 = time.perf_counter()
         results = reward_fn([item for item in items for _ in range(g)], trajectories)
         scores, valid = _scores(results)
+        if skipper is not None:
+            skipper.record(picked, scores, g)
         batch.rollout_time += t1 - t0
         batch.reward_time += time.perf_counter() - t1
         offset = len(batch.trajectories)
@@ -228,6 +243,8 @@ def step_row(step: int, metrics: Mapping[str, Any], batch: StepBatch, cfg: GRPOP
         spread = float(np.std(batch.scores, ddof=1)) if len(batch.scores) > 1 else 0.0
         row.update(reward_mean=float(np.mean(batch.scores)), reward_std=spread,
                    response_length=float(np.mean([len(t.response_ids) for t in batch.trajectories])))
+    if cfg.skip_uniform_prompts:
+        row["skipped_prompts"] = float(batch.skipped)
     if cfg.dynamic_sampling:
         row.update(kept_groups=float(len(batch.kept) // cfg.group_size), sampling_draws=float(batch.draws))
     if batch.valid is not None:  # only reward functions that judge format report it

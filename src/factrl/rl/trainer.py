@@ -53,6 +53,7 @@ from factrl.rl.losses import (
     token_logprobs_chunked,
 )
 from factrl.rl.params import GRPOParams
+from factrl.rl.prompt_skip import PromptSkipper
 from factrl.rl.sampling import (
     RewardFn,
     RolloutFn,
@@ -536,9 +537,11 @@ class GRPOTrainer:
         return float(norm)
 
     # ---- checkpoints ---------------------------------------------------------------------
-    def save_checkpoint(self, directory: str | Path, step: int, metrics: list[dict] | None = None) -> Path:
+    def save_checkpoint(self, directory: str | Path, step: int, metrics: list[dict] | None = None,
+                        extra: dict[str, Any] | None = None) -> Path:
         """Write ``directory/step-NNNNNN/``: the model (``save_pretrained``) and tokenizer in Hugging
-        Face format, plus ``trainer_state.pt`` (optimizer, scheduler, RNG states, step, metrics).
+        Face format, plus ``trainer_state.pt`` (optimizer, scheduler, RNG states, step, metrics, and
+        the caller's ``extra`` state: the run loop's prompt filter).
 
         Written to a temporary directory and renamed, so a kill never leaves a half checkpoint.
         """
@@ -559,6 +562,7 @@ class GRPOTrainer:
                 "metrics": list(metrics or []),
                 "cfg": asdict(self.cfg),
                 "adapters": adapter_state(self.model) if self.cfg.lora_rank > 0 else None,
+                "extra": dict(extra or {}),
             },
             tmp / STATE_FILE,
         )
@@ -597,6 +601,8 @@ def _validate(cfg: GRPOParams) -> None:
             f"GRPOParams: mini_batch_size {cfg.mini_batch_size} must be a multiple of "
             f"micro_batch_size {cfg.micro_batch_size}"
         )
+    if not 0.0 <= cfg.skip_target_uniform <= 1.0:
+        raise ValueError(f"GRPOParams: skip_target_uniform must be in [0, 1], got {cfg.skip_target_uniform}")
     if cfg.lora_rank < 0 or cfg.lora_alpha <= 0:
         raise ValueError(f"GRPOParams: lora_rank must be >= 0 (0 = full fine-tuning) and lora_alpha > 0, "
                          f"got {cfg.lora_rank} and {cfg.lora_alpha}")
@@ -678,15 +684,18 @@ def train(
     for later in (c for c in checkpoints(ckpt_dir) if checkpoint_step(c) > cfg.steps):
         shutil.rmtree(later)  # a longer run's: pruning would keep them over this run's own checkpoints
     existing = checkpoints(ckpt_dir)
+    skipper = PromptSkipper(cfg.skip_target_uniform) if cfg.skip_uniform_prompts else None
     if existing:
         state = trainer.load_checkpoint(existing[-1])
         start, rows = state["step"], list(state["metrics"])
+        if skipper is not None and "prompt_skip" in state.get("extra", {}):
+            skipper.load_state_dict(state["extra"]["prompt_skip"])
     # rebuilt from the checkpoint's rows: drops the rows of steps done after it (the rerun redoes them)
     log = curves(rows) if curves is not None else None
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         counted = engine_counters()
-        batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step)
+        batch = sample_step(cfg, prompts, rollout_fn, reward_fn, step, skipper)
         engines = engine_step_metrics(counted, engine_counters())  # what each engine computed for the rollouts
         if after_rollouts is not None:
             after_rollouts()
@@ -718,7 +727,8 @@ def train(
         if log is not None:
             log.log(row)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
-            trainer.save_checkpoint(ckpt_dir, step + 1, rows)
+            trainer.save_checkpoint(ckpt_dir, step + 1, rows,
+                                    {"prompt_skip": skipper.state_dict()} if skipper is not None else None)
             for old in checkpoints(ckpt_dir)[: -cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         if on_step is not None:

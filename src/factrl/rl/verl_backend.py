@@ -174,6 +174,10 @@ def check_grpo(cfg: GRPOParams, cluster: VerlParams, *, section: str = "train.<a
         raise ValueError(f"dynamic_sampling is not available on {backend_key} verl: verl 0.9's main_ppo "
                          "trainer ignores algorithm.filter_groups (only its experimental v1 trainer reads "
                          f"it); set {section}.dynamic_sampling false or use the local backend")
+    if cfg.skip_uniform_prompts:  # a pre-rollout filter on verl's data loader is not in verl 0.9
+        raise ValueError(f"skip_uniform_prompts is not available on {backend_key} verl: verl 0.9 has no "
+                         f"pre-rollout prompt filter; set {section}.skip_uniform_prompts false or use the local "
+                         "backend")
     if cfg.max_context_tokens <= cluster.max_prompt_length:
         raise ValueError(f"{section}.max_context_tokens {cfg.max_context_tokens} leaves no response budget "
                          f"after {cluster_section}.max_prompt_length {cluster.max_prompt_length}")
