@@ -43,6 +43,10 @@ def test_engine_weights_sync_when_the_model_changes(tok, bf16):
     assert weights.sync()
     if not bf16:
         assert weights.module.lm_head.weight is model.lm_head.weight
+    with torch.no_grad():  # and later updates of the new parameter reach the engine (a bf16 copy too)
+        model.lm_head.weight.add_(1.0)
+    assert weights.sync()
+    torch.testing.assert_close(weights.module.lm_head.weight, model.lm_head.weight.to(weights.module.lm_head.weight.dtype))
 
 
 

@@ -41,7 +41,8 @@ class EngineWeights:
     Otherwise a module tree of its own whose parameters and buffers *are* the model's (no memory
     copied, in-place updates seen at once). Under LoRA each adapted layer of that tree is a plain
     layer holding the merged weight (one copy of the adapted weights, kept in step by :meth:`sync`).
-    Either way set up for packed slot attention, with fp32 key/value states under bf16 (:func:`~factrl.llm.kv_slots.use_fp32_attention`): ``kv_dtype``.
+    Either way set up for packed slot attention, with fp32 key/value states under bf16
+    (:func:`~factrl.llm.kv_slots.use_fp32_attention`): ``kv_dtype``.
     """
 
     def __init__(self, model: torch.nn.Module, bf16: bool):
@@ -57,9 +58,10 @@ class EngineWeights:
             shared = {id(t): t for t in (*self.model.parameters(), *self.model.buffers())}
             engine = copy.deepcopy(self.model, memo=shared)
         self._merged = self._unwrap_adapters(engine)
-        model_params = dict(self.model.named_parameters())  # the bf16 copy's sources, by name
-        self._copied = [(p, model_params[name]) for name, p in engine.named_parameters()
-                        if self.owns_copy and name in model_params]
+        self._copied: list[tuple[torch.nn.Parameter, torch.nn.Parameter]] = []  # (bf16 copy, its source)
+        if self.owns_copy:  # by name: merged layers have no source of their own (sync merges them)
+            sources = dict(self.model.named_parameters())
+            self._copied = [(p, sources[name]) for name, p in engine.named_parameters() if name in sources]
         engine.eval()  # its own training flags: a trainer's model.train() does not reach it
         dtype = next(engine.parameters()).dtype
         fp32_states = dtype == torch.bfloat16 and use_fp32_attention(engine)
@@ -86,8 +88,8 @@ class EngineWeights:
         versions = parameter_versions(self.model)
         if versions == self._seen:
             return False
-        if not self.owns_copy and self._seen is not None and [i for i, _ in versions] != [i for i, _ in self._seen]:
-            self.module = self._build()  # parameters replaced: share the new ones
+        if self._seen is not None and [i for i, _ in versions] != [i for i, _ in self._seen]:
+            self.module = self._build()  # parameters replaced: share (or copy from) the new ones
         with torch.no_grad():
             for copy_p, p in self._copied:
                 copy_p.copy_(p)
