@@ -32,16 +32,17 @@ EASY, HARD, MIXED = "easy", "hard", "mixed"
 EXPLORE_STEP, EXPLORE_MIN, EXPLORE_MAX = 0.01, 0.05, 0.95  # GRESO's adjustment and its bounds
 
 
-def group_outcome(scores: Sequence[float], tol: float = 1e-6) -> str:
-    """``mixed`` when the group's rewards differ, else ``easy`` (all at least 0.5) or ``hard``."""
-    if max(scores) - min(scores) > tol:
+def group_outcome(scores: Sequence[float]) -> str:
+    """``mixed`` when the group's rewards differ (exactly, as ``sampling.mixed_groups`` and
+    ``advantages.uniform_group_rate`` tell them apart), else ``easy`` (all at least 0.5) or ``hard``."""
+    if max(scores) != min(scores):
         return MIXED
     return EASY if scores[0] >= 0.5 else HARD
 
 
 def uniform_streak(outcomes: Sequence[str]) -> tuple[str, int]:
     """The latest outcome and how many of the latest outcomes in a row were uniform (0 if mixed)."""
-    if not outcomes or outcomes[-1] == MIXED:
+    if not outcomes:
         return MIXED, 0
     z = 0
     for outcome in reversed(outcomes):
