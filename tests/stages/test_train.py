@@ -9,6 +9,7 @@ the tiny world with a tiny random policy and SIGKILLs itself after step KILL_AFT
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -350,3 +351,34 @@ def test_round_without_prompts_passes_the_agent_on(world, retriever, tmp_path):
     assert all(saved[k].equal(v) for k, v in model.state_dict().items() if k in saved)
     assert read_history(tmp_path / "curves") == [] and read_summary(tmp_path / "curves") == {}  # DVC's outs exist
     assert (tmp_path / "ck" / "fingerprint.json").exists()  # the persisted DVC out exists
+
+
+def test_a_resumed_round_keeps_its_gate_figures(world, retriever, tmp_path, monkeypatch):
+    """The gate is measured once per run: DVC removes ``metrics/gate`` before it reruns a killed
+    stage, and the resumed stage reads the figures back from its persisted state directory instead of
+    spending the gate's rollouts again; a run with other params measures anew."""
+    from factrl.recipes.haris import train as haris_train
+
+    measured: list[int] = []
+
+    def fake_gate(claims, init_model, tool, rollout_params, params, device):
+        measured.append(params.gate_claims)
+        return {"pass_at_1": 0.5, "pass_at_4": 0.75, "uniform_group_rate": 0.25, "open": True,
+                "decision": f"measured {len(measured)}"}
+
+    monkeypatch.setattr(haris_train, "measure_gate", fake_gate)
+    monkeypatch.setattr(haris_train.runs, "run_agent_training", lambda **kw: RunResult(rows=[], resumed=False))
+    claims, _ = world
+    gate = tmp_path / "metrics" / "gate" / "reason_r1.json"
+
+    def stage(gate_claims: int) -> dict:
+        gate.unlink(missing_ok=True)  # what dvc repro does to a stage's non-persisted outputs
+        haris_train.train_reason(claims, "init", "search", retriever,
+                                 ReasonTrainParams(**SHORT, gate_claims=gate_claims), state_dir=tmp_path / "ck",
+                                 out_model=tmp_path / "reason_1", curves_dir=tmp_path / "curves",
+                                 search_llm=object(), gate_path=gate)
+        return json.loads(gate.read_text())
+
+    first = stage(8)
+    assert stage(8) == first and measured == [8]  # resumed: read back, not measured again
+    assert stage(16)["decision"] == "measured 2" and measured == [8, 16]  # other params: another run

@@ -36,6 +36,21 @@ def gate_path(round_id: int) -> Path:
     return Path("metrics") / "gate" / f"reason_r{round_id}.json"
 
 
+GATE_FILE = "gate.json"  # the run's gate figures, in its state directory
+
+
+def kept_in_state_dir(state_dir: Path, digest: str, name: str, measure: Callable[[], dict]) -> dict:
+    """``measure()``, run once per run: kept as ``state_dir/name`` and read back while the run's
+    fingerprint ``digest`` stays the same (:func:`factrl.rl.runs.prepare_state_dir` empties the
+    directory when it changes). The state directory is DVC ``persist``, so a killed stage resumed by
+    ``dvc repro`` finds it there, whereas its metrics outputs were removed before the rerun."""
+    runs.prepare_state_dir(Path(state_dir), digest)
+    kept = Path(state_dir) / name
+    if not kept.exists():
+        write_json(measure(), kept)
+    return json.loads(kept.read_text())
+
+
 def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params: ReasonTrainParams,
                  device: str) -> dict:
     """The gate figures of the reasoning agent ``init_model`` (with ``tool``, the round's search agent)
@@ -101,7 +116,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``). With ``gate_path`` and
     ``params.gate_claims``, the starting pair's gate figures (:func:`measure_gate`) are written there
-    first (kept: a resumed stage does not measure them again)."""
+    first, measured once per run (:func:`kept_in_state_dir`: a resumed stage does not measure them again)."""
     import contextlib
 
     from factrl.llm.backends import open_llm
@@ -112,13 +127,17 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     rollout_params = haris_rounds.reasoning_rollout_params(params)
     served = haris_rounds.served_search_params(params)
     device = str(runs.train_device(params, agent("reason").params_key))
+    extra_fingerprint = {"search_model": model_digest(search_model)}
     with (open_llm(search_model, params.search_backend, precision=params.precision, device=device)
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
-        if gate_path is not None and not gate_path.exists():
-            write_json(measure_gate(claims, init_model, tool, rollout_params, params, device) if params.gate_claims
-                       else NO_GATE, gate_path)
-            print(f"gate: {gate_sentence(json.loads(gate_path.read_text()))}", flush=True)
+        if gate_path is not None:
+            gate = kept_in_state_dir(
+                state_dir, runs.fingerprint(params, init_model, items, extra_fingerprint), GATE_FILE,
+                lambda: measure_gate(claims, init_model, tool, rollout_params, params, device)
+                if params.gate_claims else NO_GATE)
+            write_json(gate, gate_path)
+            print(f"gate: {gate_sentence(gate)}", flush=True)
 
         def make_fns(policy):
             return (haris_rounds.reasoning_rollout_fn(policy, tool, rollout_params),
@@ -130,8 +149,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
             agent="reason", params_key=agent("reason").params_key, init_model=init_model, items=items, cfg=params,
             make_fns=make_fns,
             state_dir=state_dir, out_model=out_model, curves_dir=curves_dir,
-            extra_fingerprint={"search_model": model_digest(search_model)},
-            model_tokenizer=model_tokenizer, on_step=on_step)
+            extra_fingerprint=extra_fingerprint, model_tokenizer=model_tokenizer, on_step=on_step)
 
 
 @dataclass(frozen=True)
