@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from factrl.io import model_digest
+from factrl.io import model_digest, write_json
 from factrl.rl.defects import plant
 from factrl.rl.lora import plain_state_dict
 from factrl.rl.params import AgentTrainParams, GRPOParams
@@ -80,6 +80,18 @@ def prepare_state_dir(state_dir: Path, digest: str) -> bool:
     state_dir.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"fingerprint": digest}) + "\n")
     return False
+
+
+def kept_in_state_dir(state_dir: Path, digest: str, name: str, measure: Callable[[], dict]) -> dict:
+    """``measure()``, run once per run: kept as ``state_dir/name`` and read back while the run's
+    fingerprint ``digest`` stays the same (:func:`prepare_state_dir` empties the
+    directory when it changes). The state directory is DVC ``persist``, so a killed stage resumed by
+    ``dvc repro`` finds it there, whereas its metrics outputs were removed before the rerun."""
+    prepare_state_dir(Path(state_dir), digest)
+    kept = Path(state_dir) / name
+    if not kept.exists():
+        write_json(measure(), kept)
+    return json.loads(kept.read_text())
 
 
 def save_model(model, tokenizer, target: Path, info: dict) -> None:

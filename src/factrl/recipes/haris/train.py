@@ -12,7 +12,6 @@ the saved model) is :func:`factrl.rl.runs.run_agent_training`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,18 +36,6 @@ def gate_path(round_id: int) -> Path:
 
 
 GATE_FILE = "gate.json"  # the run's gate figures, in its state directory
-
-
-def kept_in_state_dir(state_dir: Path, digest: str, name: str, measure: Callable[[], dict]) -> dict:
-    """``measure()``, run once per run: kept as ``state_dir/name`` and read back while the run's
-    fingerprint ``digest`` stays the same (:func:`factrl.rl.runs.prepare_state_dir` empties the
-    directory when it changes). The state directory is DVC ``persist``, so a killed stage resumed by
-    ``dvc repro`` finds it there, whereas its metrics outputs were removed before the rerun."""
-    runs.prepare_state_dir(Path(state_dir), digest)
-    kept = Path(state_dir) / name
-    if not kept.exists():
-        write_json(measure(), kept)
-    return json.loads(kept.read_text())
 
 
 def measure_gate(claims: pa.Table, init_model: str, tool, rollout_params, params: ReasonTrainParams,
@@ -116,7 +103,8 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
     """H_prev -> H_r on ``claims``; ``search_model`` (L_r) answers the questions. ``search_llm``
     overrides how L_r is run (default: params ``search_backend``). With ``gate_path`` and
     ``params.gate_claims``, the starting pair's gate figures (:func:`measure_gate`) are written there
-    first, measured once per run (:func:`kept_in_state_dir`: a resumed stage does not measure them again)."""
+    first, measured once per run (:func:`factrl.rl.runs.kept_in_state_dir`: a resumed stage does not
+    measure them again)."""
     import contextlib
 
     from factrl.llm.backends import open_llm
@@ -132,7 +120,7 @@ def train_reason(claims: pa.Table, init_model: str, search_model: str, retriever
           if search_llm is None else contextlib.nullcontext(search_llm)) as llm:
         tool = haris_rounds.search_agent_tool(llm, retriever_tool, served)
         if gate_path is not None:
-            gate = kept_in_state_dir(
+            gate = runs.kept_in_state_dir(
                 state_dir, runs.fingerprint(params, init_model, items, extra_fingerprint), GATE_FILE,
                 lambda: measure_gate(claims, init_model, tool, rollout_params, params, device)
                 if params.gate_claims else NO_GATE)
