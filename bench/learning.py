@@ -21,6 +21,10 @@ seed, each from a copy of that seed's finished workspace, so only the GRPO round
 * ``no_rl``: no GRPO step for either agent (the round passes the warm pair on): the control, 0 by
   construction when evaluation is deterministic.
 
+``--gates`` measures only each seed's gate (the warm start, the round's search step and the gate, no
+reasoning step): ``gate_seed<N>.json`` records, which ``learning.json`` reads its gate from when every
+seed has one (a gate of today's code beside seed records of a frozen commit; ``gate_commits`` says so).
+
 The gain of a run is trained minus warm over the same claims (``metrics/predictions.parquet``), a
 paired bootstrap; an ablation's is its trained pair against the first seed's warm pair.
 
@@ -38,6 +42,7 @@ back and ``--assemble`` here writes ``learning.json`` (``commits`` lists the cod
 
 Usage: python -m bench.learning [--seeds 0 1 2] [--ablations flip_advantage shuffled_reward
                                      mask_retrieved_tokens_off no_rl] [--profile NAME] [--work DIR] [--smoke]
+                             [--gates] [--assemble]
 """
 
 from __future__ import annotations
@@ -219,6 +224,17 @@ def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log:
             "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(ROOT)["commit"]}
 
 
+def gate_run(work: Path, name: str, params: dict, log: Path) -> dict:
+    """The gate alone for one params set: its pipeline up to the round's gate, no reasoning step."""
+    t0 = time.perf_counter()
+    params = merge(copy.deepcopy(params), {"train": {"reasoning": {"steps": 0}}})
+    repo = clone(work, name, params)
+    last = max(int(k) for k in params["rounds"])
+    run(["dvc", "repro", f"train_reason@{last}"], repo, log)
+    return {"name": name, "gate": json.loads((repo / "metrics" / "gate" / f"reason_r{last}.json").read_text()),
+            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(ROOT)["commit"]}
+
+
 def _curve(tsv: Path) -> list[float]:
     """One DVCLive curve (``step\\tvalue`` rows) as its values; [] when the run logged none."""
     if not tsv.exists():
@@ -267,7 +283,8 @@ def paired_gain(runs_a: list[dict], runs_b: list[dict], dataset: str, a: str, b:
     return {"mean": d["mean"], "ci95": d["ci95"], "per_seed": per_seed, "n": d["n"]}
 
 
-def report(main_runs: list[dict], ablation_runs: dict[str, dict]) -> dict:
+def report(main_runs: list[dict], ablation_runs: dict[str, dict], gate_runs: list[dict] | None = None) -> dict:
+    """learning.json's figures; the gate from ``gate_runs`` (``--gates``) when given, else the main runs'."""
     first = main_runs[:1]
     warm, trained = SYSTEMS["haris_warm"], SYSTEMS["haris_trained"]
     accuracy = {key: {hop: accuracy_cell(_right(first if key in SEED_INDEPENDENT else main_runs, "demo", label, hop))
@@ -276,7 +293,7 @@ def report(main_runs: list[dict], ablation_runs: dict[str, dict]) -> dict:
     heldout = {key: {hop: accuracy_cell(_right(main_runs, "heldout_wording", SYSTEMS[key], hop))
                      for hop in (*HOPS, "pooled")}
                for key in ("haris_warm", "haris_trained") if all(_right(main_runs, "heldout_wording", SYSTEMS[key], "pooled"))}
-    gates = [r["gate"] for r in main_runs if r.get("gate") and r["gate"].get("claims")]
+    gates = [r["gate"] for r in (gate_runs or main_runs) if r.get("gate") and r["gate"].get("claims")]
     # pass@8 where the gate drew 8 samples a claim (gate_samples); runs before it drew the round's 4
     keys = sorted({k for g in gates for k in g if k.startswith("pass_at_") and k != "pass_at_k"}) + ["uniform_group_rate"]
     gate = {k: sum(g[k] for g in gates) / len(gates) for k in keys if all(k in g for g in gates)} if gates else {}
@@ -295,6 +312,8 @@ def report(main_runs: list[dict], ablation_runs: dict[str, dict]) -> dict:
            "minutes_per_seed": [r["minutes"] for r in main_runs],
            "uniform_group_rate_per_step": {r["name"]: r["uniform_group_rate_per_step"] for r in main_runs},
            "reward_per_step": {r["name"]: r["reward_per_step"] for r in main_runs}}
+    if gate_runs:
+        out["gate_commits"] = sorted({r["commit"] for r in gate_runs})
     out["goals"] = goals(out)
     return out
 
@@ -331,6 +350,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny profile, one seed, no ablations, a temp output")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--runs", type=Path, default=RUNS, help="where each finished run's record is kept")
+    ap.add_argument("--gates", action="store_true",
+                    help="measure only each seed's gate (records gate_seed<N>.json; no evaluation)")
     ap.add_argument("--assemble", action="store_true",
                     help="write learning.json from the run records there are (no run); complete: false "
                          "when some are missing")
@@ -348,20 +369,25 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     args.runs.mkdir(parents=True, exist_ok=True)
     log = work / "bench.log"
-    unseen = (Path(), Path()) if args.assemble else unseen_world(work, base)
+    unseen = (Path(), Path()) if args.assemble or args.gates else unseen_world(work, base)
     first = work / f"seed{args.seeds[0]}"  # every later run starts from its workspace (copy_run)
 
-    def record(name: str, **kw) -> dict | None:
+    def record(name: str, run_fn=None, **kw) -> dict | None:
         path = args.runs / f"{name}.json"
         if path.exists() and (args.assemble or json.loads(path.read_text()).get("commit") == measured.git["commit"]):
             return json.loads(path.read_text())  # done at this commit (or assembling what there is): skipped
         if args.assemble:
             return None
         print(f"bench/learning: {name} ({work})", flush=True)
-        rec = one_run(work, name, log=log, unseen=unseen, **kw)
+        rec = run_fn(work, name, log=log, **kw) if run_fn else one_run(work, name, log=log, unseen=unseen, **kw)
         write_json(rec, path)
         return rec
 
+    gate_runs = [record(f"gate_seed{s}", run_fn=gate_run, params=merge(copy.deepcopy(base), seed_overrides(s)))
+                 for s in args.seeds] if args.gates or args.assemble else []
+    if args.gates:
+        print(json.dumps([r["gate"] for r in gate_runs], indent=1))
+        return
     main_runs = [record(f"seed{s}", params=merge(copy.deepcopy(base), seed_overrides(s)), first=i == 0,
                         start_from=first if i else None) for i, s in enumerate(args.seeds)]
     ablation_runs = {name: record(name, params=merge(merge(copy.deepcopy(base), seed_overrides(args.seeds[0])),
@@ -370,7 +396,8 @@ def main() -> None:
     done = [r for r in main_runs if r is not None]
     if not done:
         raise SystemExit(f"no run records under {args.runs}")
-    result = report(done, {n: r for n, r in ablation_runs.items() if r is not None})
+    result = report(done, {n: r for n, r in ablation_runs.items() if r is not None},
+                    gate_runs if gate_runs and None not in gate_runs else None)
     result |= {"commit": sorted({r["commit"] for r in done})[-1] if args.assemble else measured.git["commit"],
                "commits": sorted({r["commit"] for r in [*done, *ablation_runs.values()] if r is not None}),
                "seeds": [s for s, r in zip(args.seeds, main_runs) if r is not None], "profile": args.profile or "demo",
