@@ -11,43 +11,53 @@ raw and calibrated confidence per (dataset, system, hop): ECE and Brier rows for
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 
 from factrl.eval.params import EvaluateParams
 from factrl.eval.runner import EvalResult, EvalSet, sample_set
-from factrl.eval.systems import ModelSystem, System, free_engine_memory, run_system
+from factrl.eval.systems import ModelSystem, System
+from factrl.eval.workers import RunFn, run_here
 
 log = logging.getLogger(__name__)
 
 
+def dev_claims(dev: EvalSet, per_hop: int, seed: int = 0, out_of_corpus=None) -> tuple[list[str], list[str]]:
+    """The texts and labels a calibration map is fitted on: ``dev`` sampled as an eval set, then
+    every claim of ``out_of_corpus`` (see :func:`fit_calibrators`)."""
+    sample = sample_set(dev, per_hop, seed)
+    texts, labels = sample.column("claim").to_pylist(), sample.column("label").to_pylist()
+    if out_of_corpus is not None:
+        texts += out_of_corpus.column("claim").to_pylist()
+        labels += out_of_corpus.column("label").to_pylist()
+    return texts, labels
+
+
+def is_calibrated(system: System) -> bool:
+    """Whether ``system`` gets a map: a pair system (HARIS), the one that reports a raw confidence."""
+    return isinstance(system, ModelSystem) and system.pair
+
+
 def fit_calibrators(systems: Sequence[System], dev: EvalSet, *, method: str, per_hop: int, seed: int = 0,
                     batch_size: int = EvaluateParams.batch_size, fitted_on: str = "",
-                    checkpoints: Mapping[str, Mapping] | None = None, out_of_corpus=None) -> tuple[dict, dict]:
+                    checkpoints: Mapping[str, Mapping] | None = None, out_of_corpus=None,
+                    run: RunFn = run_here) -> tuple[dict, dict]:
     """One calibration map per system that reports a raw confidence (the HARIS checkpoints), fitted
     on ``dev`` (sampled as an eval set: ``per_hop`` claims per hop, balanced labels) with ``method``
     (``factrl.eval.calibration.METHODS``), plus every claim of ``out_of_corpus`` (a CLAIMS table of NOT
     ENOUGH INFO claims, ``factrl.data.out_of_corpus``: a verdict on one is never right, so the map
     learns how often the verifier answers without evidence). Returns ``({system: Calibrator},
     {system: seconds})``; ``checkpoints`` (system -> its models) is stored in each map for readers
-    such as the service."""
+    such as the service; ``run`` makes each run (as the runner's)."""
     from factrl.eval.calibration import Calibrator
 
-    sample = sample_set(dev, per_hop, seed)
-    texts, labels = sample.column("claim").to_pylist(), sample.column("label").to_pylist()
-    if out_of_corpus is not None:
-        texts += out_of_corpus.column("claim").to_pylist()
-        labels += out_of_corpus.column("label").to_pylist()
+    texts, labels = dev_claims(dev, per_hop, seed, out_of_corpus)
     if not texts:
         log.warning("calibration: no claims sampled from %s (per_hop %d): no maps fitted", dev.name, per_hop)
     fitted, seconds = {}, {}
     for system in systems:
-        if not (isinstance(system, ModelSystem) and system.pair) or not texts:  # a pair system reports a raw confidence
+        if not (is_calibrated(system) and texts):
             continue
-        t0 = time.perf_counter()
-        runs = run_system(system, texts, dev.retriever, batch_size)
-        free_engine_memory(system)
-        seconds[system.name] = time.perf_counter() - t0
+        runs, seconds[system.name] = run(system, texts, dev.retriever, batch_size)
         correct = [r.verdict == y for r, y in zip(runs, labels)]
         meta = {"name": system.name, **dict((checkpoints or {}).get(system.name, {}))}
         fitted[system.name] = Calibrator(method, checkpoint=meta).fit(

@@ -157,6 +157,12 @@ class EvaluateParams:
         batch larger than that only removes the idle tail each batch ends with (a warmed HARIS pair
         on 180 demo claims, AVX2, fp32: 815 s at 16, 477 s at 180, the same verdicts; 7.5 GB RSS).
     n_boot: bootstrap resamples of each 95% interval.
+    workers: processes the evaluation's runs go to on the CPU, side by side, with the cores split
+        between them (``factrl.eval.workers``; 1 = all in the stage's process; on a GPU always 1).
+        Each system on each set, and each calibrated checkpoint on the dev claims, is one run; a
+        worker loads a model once. On 2 AVX2 cores two 1-thread workers ran two HARIS pairs in 0.69x
+        the time of one 2-thread process (a 135M engine's batch-32 decode gains little from a
+        second thread; docs/engine.md).
     trace_claims: claims per (dataset, system) whose trajectories go to ``reports/traces.html``.
     device: where the evaluated models run: ``auto``, ``cpu``, ``cuda[:n]``.
     precision: weights of the evaluated local models: ``auto`` (bf16 only where the hardware computes
@@ -184,6 +190,7 @@ class EvaluateParams:
     max_turns: int = 5
     batch_size: int = 256
     n_boot: int = 1000
+    workers: int = 2
     trace_claims: int = 4
     device: Device = "auto"
     precision: Literal["auto", "bf16", "fp32"] = "auto"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,8 @@ from factrl.agents.systems_registry import ClaimRun
 from factrl.eval.metrics import METRICS, bootstrap_ci, bootstrap_mean_ci, classification_metrics
 from factrl.eval.params import EvaluateParams
 from factrl.eval.sampling import stratified_sample
-from factrl.eval.systems import System, free_engine_memory, run_system
+from factrl.eval.systems import System
+from factrl.eval.workers import RunFn, run_here
 from factrl.llm.backends import parse_spec
 
 log = logging.getLogger(__name__)
@@ -160,8 +160,9 @@ def _trace_rows(dataset: str, system: str, claim_id: str, label: str, run: Claim
 
 def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int, seed: int = 0,
              batch_size: int = EvaluateParams.batch_size, n_boot: int = EvaluateParams.n_boot,
-             trace_claims: int = EvaluateParams.trace_claims) -> EvalResult:
-    """Run every system on every set's sample and score it per hop (see the module docstring)."""
+             trace_claims: int = EvaluateParams.trace_claims, run: RunFn = run_here) -> EvalResult:
+    """Run every system on every set's sample and score it per hop (see the module docstring);
+    ``run`` makes each run (:func:`factrl.eval.workers.prefetch`'s answers what workers ran)."""
     rows: list[dict] = []
     predictions: list[dict] = []
     traces: list[dict] = []
@@ -176,23 +177,20 @@ def evaluate(sets: Sequence[EvalSet], systems: Sequence[System], *, per_hop: int
         labels = sample.column("label").to_pylist()
         hops = sample.column("num_hops").to_pylist()
         for system in systems:
-            t0 = time.perf_counter()
-            runs = run_system(system, texts, eval_set.retriever, batch_size)
-            free_engine_memory(system)
-            seconds[f"{eval_set.name}/{system.name}"] = time.perf_counter() - t0
+            runs, seconds[f"{eval_set.name}/{system.name}"] = run(system, texts, eval_set.retriever, batch_size)
             log.info("%s on %s: %d claims in %.1f s", system.name, eval_set.name, len(texts),
                      seconds[f"{eval_set.name}/{system.name}"])
-            for i, run in enumerate(runs):
+            for i, claim_run in enumerate(runs):
                 predictions.append({"dataset": eval_set.name, "system": system.name, "claim_id": ids[i],
-                                    "num_hops": hops[i], "label": labels[i], "verdict": run.verdict,
-                                    "questions": run.questions, "searches": run.searches,
-                                    "format_valid": run.format_valid, "raw_confidence": run.raw_confidence,
-                                    "confidence": None, "grounding": run.grounding,
-                                    "outcome": run.verdict, "abstained": None,
-                                    "subject_cited": run.grounding.subject_cited if run.grounding else None,
-                                    "answered_share": run.grounding.answered_share if run.grounding else None})
+                                    "num_hops": hops[i], "label": labels[i], "verdict": claim_run.verdict,
+                                    "questions": claim_run.questions, "searches": claim_run.searches,
+                                    "format_valid": claim_run.format_valid, "raw_confidence": claim_run.raw_confidence,
+                                    "confidence": None, "grounding": claim_run.grounding,
+                                    "outcome": claim_run.verdict, "abstained": None,
+                                    "subject_cited": claim_run.grounding.subject_cited if claim_run.grounding else None,
+                                    "answered_share": claim_run.grounding.answered_share if claim_run.grounding else None})
                 if i < trace_claims:
-                    traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], run)
+                    traces += _trace_rows(eval_set.name, system.name, ids[i], labels[i], claim_run)
             for hop, idx in _hop_groups(hops):
                 rows += score_rows(
                     eval_set.name, system.name, hop, [labels[i] for i in idx], [runs[i].verdict for i in idx],

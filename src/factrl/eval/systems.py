@@ -41,6 +41,9 @@ class ModelSystem:
     top_k: int = 3
     max_new_tokens: int = 64
     max_turns: int = 2
+    # the model specs behind llm (and search_llm), from build_systems: what a worker process
+    # (factrl.eval.workers) loads the system's models from; () for a system built from LLM objects
+    specs: tuple[str, ...] = ()
 
     @property
     def llms(self) -> tuple:
@@ -79,10 +82,10 @@ def build_systems(names: Sequence[str], checkpoints: Sequence[tuple[str, str, st
         if SYSTEMS[name].pair:
             if not checkpoints:
                 raise ValueError(f"system {name!r} needs at least one checkpoint")
-            systems += [ModelSystem(label, name, llm(reason), llm(search), **limits)
+            systems += [ModelSystem(label, name, llm(reason), llm(search), **limits, specs=(reason, search))
                         for label, reason, search in checkpoints]
         else:
-            systems.append(ModelSystem(SYSTEMS[name].label, name, llm(base_model), **limits))
+            systems.append(ModelSystem(SYSTEMS[name].label, name, llm(base_model), **limits, specs=(base_model,)))
     return systems
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from factrl.agents.abstain import AbstainParams, load_abstain_params
 from factrl.config import ConfigError
-from factrl.eval import calibration_run, runner
+from factrl.eval import calibration_run, runner, workers
 from factrl.eval.abstention import abstention_rows, apply_abstention
 from factrl.eval.params import EvalSetParams, EvaluateParams
 from factrl.eval.stats import consensus_rows
@@ -137,18 +137,26 @@ def out_of_corpus_set(spec, index_dir: Path = Path("index")):
     return claims
 
 
-def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list, checkpoints: list,
-              out_dir: Path) -> tuple[dict, list[str]]:
-    """Fit and save one calibration map per HARIS checkpoint (see the module docstring); returns the
-    maps by system name and report notes."""
-    from factrl.eval.calibration import calibration_path
+@dataclass(frozen=True)
+class CalibrationInputs:
+    """What the calibration runs: the checkpoints that get a map (``systems``, with the baselines,
+    which fit none), the dev claims and the out-of-corpus claims joining them (None when off)."""
 
+    systems: list
+    dev: runner.EvalSet
+    out_of_corpus: Any = None
+
+    def claims(self, params: EvaluateParams) -> list[str]:
+        return calibration_run.dev_claims(self.dev, params.calibration.dev_per_hop, params.seed,
+                                          self.out_of_corpus)[0]
+
+
+def calibration_inputs(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
+                       checkpoints: list) -> CalibrationInputs | None:
+    """The calibration's systems and claims (see :func:`calibrate`); None with calibration off."""
     cal = params.calibration
-    out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output: it exists (empty) with calibration off
-    for stale in out_dir.glob("*.json"):
-        stale.unlink()  # maps of checkpoints no longer evaluated, or of a run with calibration on
     if not cal.enabled:
-        return {}, ["calibration: off (evaluate.calibration.method: none)"]
+        return None
     names = [name for name, _, _ in checkpoints]
     unknown = sorted(set(cal.checkpoints) - set(names))
     if unknown:  # e.g. a run that evaluates the base pair alone: nothing of those to calibrate
@@ -156,19 +164,50 @@ def calibrate(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
                     unknown, names)
     chosen = set(cal.checkpoints or names)
     systems = [s for s in systems if s.name in chosen or s.name not in names]  # baselines fit no map anyway
-    dev = load_dev_set(params, sets)
-    models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
     outside = out_of_corpus_set(cal.out_of_corpus) if cal.out_of_corpus.enabled else None
+    return CalibrationInputs(systems, load_dev_set(params, sets), outside)
+
+
+def calibrate(params: EvaluateParams, inputs: CalibrationInputs | None, checkpoints: list, out_dir: Path, *,
+              run: workers.RunFn = workers.run_here) -> tuple[dict, list[str]]:
+    """Fit and save one calibration map per HARIS checkpoint of ``inputs`` (see the module
+    docstring; ``run`` makes the dev runs); returns the maps by system name and report notes."""
+    from factrl.eval.calibration import calibration_path
+
+    cal = params.calibration
+    out_dir.mkdir(parents=True, exist_ok=True)  # a DVC output: it exists (empty) with calibration off
+    for stale in out_dir.glob("*.json"):
+        stale.unlink()  # maps of checkpoints no longer evaluated, or of a run with calibration on
+    if inputs is None:
+        return {}, ["calibration: off (evaluate.calibration.method: none)"]
+    models = {name: {"reason": reason, "search": search} for name, reason, search in checkpoints}
+    outside = inputs.out_of_corpus
     mix = f" + {outside.num_rows} out-of-corpus claims" if outside is not None else ""
     maps, seconds = calibration_run.fit_calibrators(
-        systems, dev, method=cal.method, per_hop=cal.dev_per_hop, seed=params.seed, batch_size=params.batch_size,
+        inputs.systems, inputs.dev, method=cal.method, per_hop=cal.dev_per_hop, seed=params.seed,
+        batch_size=params.batch_size,
         fitted_on=f"{cal.dev_set} (up to {cal.dev_per_hop or 'all'} claims per hop, seed {params.seed}){mix}",
-        checkpoints=models, out_of_corpus=outside)
+        checkpoints=models, out_of_corpus=outside, run=run)
     for name, calibrator in maps.items():
         calibrator.save(calibration_path(name, out_dir))
     notes = [f"calibration: {cal.method} map per HARIS checkpoint on {cal.dev_set}, "
              + ", ".join(f"{n}: {m.n} dev claims in {seconds[n]:.0f} s" for n, m in maps.items())]
     return maps, notes
+
+
+def planned_runs(params: EvaluateParams, sets: list[runner.EvalSet], systems: list,
+                 calibration: CalibrationInputs | None) -> list[workers.RunJob]:
+    """Every run the evaluation will make, for the workers: each calibrated checkpoint on the dev
+    claims, each system on each set's sample (the samples :func:`factrl.eval.runner.evaluate` draws)."""
+    jobs = []
+    if calibration is not None:
+        texts = tuple(calibration.claims(params))
+        jobs += [workers.RunJob(s, texts, calibration.dev.retriever, params.batch_size)
+                 for s in calibration.systems if calibration_run.is_calibrated(s) and texts]
+    for eval_set in sets:
+        texts = tuple(runner.sample_set(eval_set, params.per_hop, params.seed).column("claim").to_pylist())
+        jobs += [workers.RunJob(s, texts, eval_set.retriever, params.batch_size) for s in systems if texts]
+    return jobs
 
 
 def reward_points(train_dir: Path = TRAIN_METRICS) -> list[dict]:
@@ -216,18 +255,20 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
     checkpoints = resolve_checkpoints(params, params_file)
     base_model = resolve_model(params.base_model, None, where="evaluate.base_model", params_file=params_file)
     device = resolve_device(params.device, key="evaluate.device")
-    systems = build_systems(params.systems, checkpoints, base_model,
-                            load_llm=llm_loader or functools.partial(
-                                load_llm, device=device, precision=params.precision),
-                            top_k=params.top_k,
+    loader = llm_loader or functools.partial(load_llm, device=device, precision=params.precision)
+    systems = build_systems(params.systems, checkpoints, base_model, load_llm=loader, top_k=params.top_k,
                             max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
+    calibration = calibration_inputs(params, sets, systems, checkpoints) if not real_only else None
+    # side by side on the CPU (evaluate.workers); a GPU decodes in this process
+    run = workers.prefetch(planned_runs(params, sets, systems, calibration),
+                           params.workers if device.type == "cpu" else 1, loader)
     # fitted before the evaluation, on dev claims only; the real sets (make eval-real) reuse the maps
     from factrl.eval.calibration import CALIBRATION_DIR
 
-    maps, calibration_notes = calibrate(params, sets, systems, checkpoints, CALIBRATION_DIR) if not real_only \
-        else (_saved_maps(checkpoints), [])
-    result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed,
-                             batch_size=params.batch_size, n_boot=params.n_boot, trace_claims=params.trace_claims)
+    maps, calibration_notes = calibrate(params, calibration, checkpoints, CALIBRATION_DIR, run=run) \
+        if not real_only else (_saved_maps(checkpoints), [])
+    result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed, batch_size=params.batch_size,
+                             n_boot=params.n_boot, trace_claims=params.trace_claims, run=run)
     if params.calibration.enabled:
         calibration_run.apply_calibration(result, maps)
     # NOT ENOUGH INFO where a run's citations do not bear on its claim, on the calibrated confidence

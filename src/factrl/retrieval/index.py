@@ -401,6 +401,8 @@ class Retriever:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        # what a worker process rebuilds it from (__reduce__): an index is read, never pickled
+        self._init_args = (str(index_dir), mode, embedder, ef_search, bm25_threads, device)
         self.dir = Path(index_dir)
         manifest_path = self.dir / MANIFEST
         if not manifest_path.exists():
@@ -454,6 +456,14 @@ class Retriever:
 
     def __len__(self) -> int:
         return self.passages.num_rows
+
+    def __reduce__(self):
+        """Pickled as its constructor's arguments (``factrl.eval.workers`` sends retrievers to worker
+        processes, which load the index anew); an embedder object cannot go, only an embedder name."""
+        if not (self._init_args[2] is None or isinstance(self._init_args[2], str)):
+            raise TypeError(f"a Retriever of {self.dir} built with an embedder object cannot be pickled; "
+                            "build it with the embedder's name")
+        return (type(self), self._init_args)
 
     def bm25_ranks(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
         """Top-``k`` (doc, score) per query by BM25; zero-score docs (no shared term) dropped."""
