@@ -154,3 +154,34 @@ def test_seed_independent_systems_are_evaluated_once_and_ablations_only_train(tm
     learning.one_run(tmp_path, "flip_advantage", params, unseen, tmp_path / "log", first=False, ablation=True)
     assert [name for name, _ in asked] == ["eval"]
     assert [c["reason"] for c in asked[0][1]["checkpoints"]] == ["last"]
+
+
+def test_gate_runs_replace_the_seed_records_gates_and_name_their_commit():
+    runs = [_seed("seed0", 36, 45), _seed("seed1", 38, 46)]  # gates of pass@8 0.9 (the frozen records')
+    gates = [{"name": f"gate_seed{s}", "commit": "abc", "minutes": 20.0,
+              "gate": {"claims": 32, "samples": 8, "pass_at_1": p1, "pass_at_8": p8, "uniform_group_rate": u}}
+             for s, (p1, p8, u) in enumerate([(0.4, 1.0, 0.1), (0.5, 0.8, 0.3)])]
+    out = learning.report(runs, {}, gates)
+    assert out["gate"] == {"pass_at_1": pytest.approx(0.45), "pass_at_8": pytest.approx(0.9),
+                           "uniform_group_rate": pytest.approx(0.2), "samples_per_claim": [8, 8]}
+    assert out["gate_commits"] == ["abc"] and out["goals"]["uniform_group_rate<=0.5"] is True
+    assert "gate_commits" not in learning.report(runs, {})
+
+
+def test_a_gate_run_trains_no_reasoning_step_and_reads_the_rounds_gate(tmp_path, monkeypatch):
+    written = {}
+
+    def fake_clone(work, name, params, start_from=None):
+        written.update(params)
+        (tmp_path / "metrics" / "gate").mkdir(parents=True)
+        (tmp_path / "metrics" / "gate" / "reason_r1.json").write_text('{"claims": 32, "pass_at_8": 1.0}')
+        return tmp_path
+
+    ran = []
+    monkeypatch.setattr(learning, "clone", fake_clone)
+    monkeypatch.setattr(learning, "run", lambda cmd, cwd, log: ran.append(cmd))
+    params = {"rounds": {"1": {}}, "train": {"search": {"steps": 1}, "reasoning": {"steps": 4, "seed": 2}}}
+    rec = learning.gate_run(tmp_path, "gate_seed2", params, tmp_path / "log")
+    assert written["train"] == {"search": {"steps": 1}, "reasoning": {"steps": 0, "seed": 2}}
+    assert params["train"]["reasoning"]["steps"] == 4  # the caller's params untouched
+    assert ran == [["dvc", "repro", "train_reason@1"]] and rec["gate"] == {"claims": 32, "pass_at_8": 1.0}
