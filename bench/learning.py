@@ -221,7 +221,7 @@ def one_run(work: Path, name: str, params: dict, unseen: tuple[Path, Path], log:
             "gate": json.loads(gate_file.read_text()) if gate_file.exists() else None,
             "uniform_group_rate_per_step": _curve(curves / "uniform_group_rate.tsv"),
             "reward_per_step": _curve(curves / "reward_mean.tsv"),
-            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(ROOT)["commit"]}
+            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(repo)["commit"]}
 
 
 def gate_run(work: Path, name: str, params: dict, log: Path) -> dict:
@@ -232,7 +232,7 @@ def gate_run(work: Path, name: str, params: dict, log: Path) -> dict:
     last = max(int(k) for k in params["rounds"])
     run(["dvc", "repro", f"train_reason@{last}"], repo, log)
     return {"name": name, "gate": json.loads((repo / "metrics" / "gate" / f"reason_r{last}.json").read_text()),
-            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(ROOT)["commit"]}
+            "minutes": round((time.perf_counter() - t0) / 60, 1), "commit": git_state(repo)["commit"]}
 
 
 def _curve(tsv: Path) -> list[float]:
