@@ -117,7 +117,9 @@ def prefetch(jobs: Sequence[RunJob], workers: int, load_llm: Callable[[str], Any
     return Prefetched(done)
 
 
-def _without_models(system: ModelSystem) -> ModelSystem:
+def _without_models(system: System) -> ModelSystem:
+    """What goes to a worker: the system without its loaded models (the worker loads its specs)."""
+    assert isinstance(system, ModelSystem)  # can_send checked it
     return dataclasses.replace(system, llm=None, search_llm=None)
 
 
