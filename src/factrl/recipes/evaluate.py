@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,6 +261,7 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
                             max_new_tokens=params.max_new_tokens, max_turns=params.max_turns)
     calibration = calibration_inputs(params, sets, systems, checkpoints) if not real_only else None
     # side by side on the CPU (evaluate.workers); a GPU decodes in this process
+    started = time.perf_counter()
     run = workers.prefetch(planned_runs(params, sets, systems, calibration),
                            params.workers if device.type == "cpu" else 1, loader)
     # fitted before the evaluation, on dev claims only; the real sets (make eval-real) reuse the maps
@@ -269,6 +271,7 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
         if not real_only else (_saved_maps(checkpoints), [])
     result = runner.evaluate(sets, systems, per_hop=params.per_hop, seed=params.seed, batch_size=params.batch_size,
                              n_boot=params.n_boot, trace_claims=params.trace_claims, run=run)
+    wall = time.perf_counter() - started
     if params.calibration.enabled:
         calibration_run.apply_calibration(result, maps)
     # NOT ENOUGH INFO where a run's citations do not bear on its claim, on the calibrated confidence
@@ -286,7 +289,10 @@ def run_evaluate(params: EvaluateParams, params_file: str | Path = "params.yaml"
         f"{params.max_new_tokens} new tokens per turn, up to {params.max_turns} questions / searches",
         f"local models on {device} in {resolve_precision(params.precision, device)} "
         f"(precision: {params.precision})",
-        f"wall time: {sum(result.seconds.values()):.0f} s",
+        # with workers the runs overlap: their seconds add up to more than the wall time
+        f"wall time: {wall:.0f} s (calibration and evaluation; the evaluation's runs: "
+        f"{sum(result.seconds.values()):.0f} s" + (" in worker processes)" if isinstance(run, workers.Prefetched)
+                                                  else ")"),
         *calibration_notes,
         "abstention (NOT ENOUGH INFO): " + ", ".join(f"{k} {v}" for k, v in abstain.rules().items()),
     ]
