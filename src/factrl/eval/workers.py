@@ -103,12 +103,14 @@ def prefetch(jobs: Sequence[RunJob], workers: int, load_llm: Callable[[str], Any
     log.info("evaluate: %d runs in %d worker processes, %d torch thread(s) each", len(sendable), workers, threads)
     done: dict = {}
     # each retriever goes to a worker once, when it starts (it reopens the index there), not per job
-    retrievers = list({id(j.retriever): j.retriever for j in sendable}.values())
+    slot = {id(j.retriever): j.retriever for j in sendable}  # retriever id -> the retriever, first seen first
+    index = {key: i for i, key in enumerate(slot)}
+    retrievers = list(slot.values())
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
                                 initargs=(threads, load_llm, retrievers)) as pool:
         futures = {pool.submit(_run_job, _without_models(j.system), j.claims,
-                               next(i for i, r in enumerate(retrievers) if r is j.retriever), j.batch_size): j
+                               index[id(j.retriever)], j.batch_size): j
                    for j in sorted(sendable, key=lambda j: -j.cost)}
         for future in cf.as_completed(futures):
             job = futures[future]
